@@ -1,0 +1,3 @@
+from fencewatch.cli import main
+
+raise SystemExit(main())
