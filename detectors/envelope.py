@@ -125,3 +125,12 @@ def _as_text(raw: bytes | str) -> str:
 def dumps(obj: Any) -> str:
     """Compact, key-sorted JSON: byte-identical output for identical input."""
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode()
+
+
+class Unverified(Exception):
+    """An event about a partition, topic or broker the view has not seen: it is
+    counted by ``reason``, never alerted (SPEC section 2)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,89 @@
+"""Alerts as in SPEC section 3: one JSON object per alert, the same in every sink."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from detectors.envelope import Envelope
+
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One event of the chain that led to an alert.
+
+    ``role`` says what it proved ("view": established the authoritative state;
+    "violation": the outcome judged). ``offset`` is the source log's own offset
+    (metadata offset) when there is one; ``position`` is where fencewatch read it
+    (``file:line`` in replay, ``topic/partition@offset`` in the streaming job).
+    """
+
+    role: str
+    kind: str
+    ts_ms: int
+    node: int | None
+    offset: int | None
+    position: str
+    summary: str
+
+    @classmethod
+    def of(cls, role: str, env: Envelope, summary: str) -> Evidence:
+        return cls(role, env.kind, env.ts_ms, env.node, env.offset, env.position, summary)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "kind": self.kind,
+            "ts_ms": self.ts_ms,
+            "node": self.node,
+            "offset": self.offset,
+            "position": self.position,
+            "summary": self.summary,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    alert_id: str
+    rule: str
+    severity: str
+    status: str
+    cluster: str
+    topic: str | None
+    topic_id: str | None
+    partition: int | None
+    node: int | None
+    ts_ms: int
+    detected_ms: int
+    message: str
+    evidence: tuple[Evidence, ...] = field(default=())
+    links: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alert_id": self.alert_id,
+            "rule": self.rule,
+            "severity": self.severity,
+            "status": self.status,
+            "cluster": self.cluster,
+            "topic": self.topic,
+            "topic_id": self.topic_id,
+            "partition": self.partition,
+            "node": self.node,
+            "ts_ms": self.ts_ms,
+            "detected_ms": self.detected_ms,
+            "message": self.message,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "links": list(self.links),
+        }
+
+
+def make_alert_id(*parts: object) -> str:
+    """A stable id from what identifies the violation (never from wall-clock
+    time or read positions), so a restarted job re-raises the same id and sinks
+    can de-duplicate."""
+    text = "\x1f".join("" if p is None else str(p) for p in parts)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]

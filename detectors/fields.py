@@ -1,0 +1,85 @@
+"""Typed access to Kafka-native JSON bodies. Every problem raises
+:class:`BadRecord` naming the field path, so a bad record becomes a dead letter
+with a reason instead of a crash deep inside a rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detectors.envelope import BadRecord
+
+INT16 = (-(2**15), 2**15 - 1)
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def get_int(obj: dict[str, Any], key: str, path: str, *, bounds=INT32, default: Any = ...) -> int:
+    """``obj[key]`` as a Kafka integer of the given width; ``default`` if absent
+    (tagged or defaulted fields) or BadRecord if required."""
+    if key not in obj:
+        if default is ...:
+            raise BadRecord(f"missing field {path}.{key}")
+        return int(default)
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRecord(f"{path}.{key} must be an integer, got {type(value).__name__}")
+    if not bounds[0] <= value <= bounds[1]:
+        raise BadRecord(f"{path}.{key} = {value} is out of range for its Kafka type")
+    return value
+
+
+def get_str(obj: dict[str, Any], key: str, path: str, *, default: Any = ...) -> str | None:
+    if key not in obj or obj[key] is None:
+        if default is ...:
+            raise BadRecord(f"missing field {path}.{key}")
+        return default  # type: ignore[no-any-return]
+    value = obj[key]
+    if not isinstance(value, str):
+        raise BadRecord(f"{path}.{key} must be a string, got {type(value).__name__}")
+    return value
+
+
+def get_bool(obj: dict[str, Any], key: str, path: str, *, default: bool) -> bool:
+    value = obj.get(key, default)
+    if not isinstance(value, bool):
+        raise BadRecord(f"{path}.{key} must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def get_list(obj: dict[str, Any], key: str, path: str, *, default: Any = ...) -> list[Any]:
+    if key not in obj or obj[key] is None:
+        if default is ...:
+            raise BadRecord(f"missing field {path}.{key}")
+        return default  # type: ignore[no-any-return]
+    value = obj[key]
+    if not isinstance(value, list):
+        raise BadRecord(f"{path}.{key} must be a list, got {type(value).__name__}")
+    return value
+
+
+def get_obj(obj: dict[str, Any], key: str, path: str, *, default: Any = ...) -> dict[str, Any]:
+    if key not in obj or obj[key] is None:
+        if default is ...:
+            raise BadRecord(f"missing field {path}.{key}")
+        return default  # type: ignore[no-any-return]
+    value = obj[key]
+    if not isinstance(value, dict):
+        raise BadRecord(f"{path}.{key} must be an object, got {type(value).__name__}")
+    return value
+
+
+def objects(items: list[Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+    """The list's entries with their paths, each required to be a JSON object."""
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BadRecord(f"{path}[{i}] must be an object, got {type(item).__name__}")
+        out.append((f"{path}[{i}]", item))
+    return out
+
+
+def int_list(items: list[Any], path: str) -> tuple[int, ...]:
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, int) or not INT32[0] <= item <= INT32[1]:
+            raise BadRecord(f"{path}[{i}] must be a broker id (int32), got {item!r}")
+    return tuple(items)

@@ -1,0 +1,64 @@
+"""A value's history in event time, so judgments can ask what the view held
+at any moment of a grace window, whatever order the sources arrived in."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class History(Generic[T]):
+    """States keyed by the ``ts_ms`` they took effect, in the order they were
+    appended.
+
+    Appends come from one ordered source (the metadata log, one broker's log).
+    That order is authoritative: a record whose timestamp runs behind its
+    predecessor's (CreateTime after a controller failover to a node with a
+    slower clock) takes effect at its predecessor's time instead of being
+    moved before it, so ``latest`` is always the newest record.
+    """
+
+    __slots__ = ("_states", "_times")
+
+    def __init__(self, ts_ms: int, state: T):
+        self._times: list[int] = [ts_ms]
+        self._states: list[T] = [state]
+
+    def append(self, ts_ms: int, state: T) -> None:
+        self._times.append(max(ts_ms, self._times[-1]))
+        self._states.append(state)
+
+    @property
+    def latest(self) -> T:
+        return self._states[-1]
+
+    @property
+    def latest_ts_ms(self) -> int:
+        return self._times[-1]
+
+    @property
+    def first_ts_ms(self) -> int:
+        return self._times[0]
+
+    def at(self, ts_ms: int) -> T | None:
+        """The state in effect at ``ts_ms``; None before the first known state."""
+        i = bisect_right(self._times, ts_ms)
+        return self._states[i - 1] if i else None
+
+    def window(self, lo_ms: int, hi_ms: int) -> list[T]:
+        """Every state in effect at some moment of ``[lo_ms, hi_ms]``."""
+        start = max(bisect_right(self._times, lo_ms) - 1, 0)
+        stop = bisect_right(self._times, hi_ms)
+        return self._states[start:stop]
+
+    def prune(self, before_ms: int) -> None:
+        """Forget states superseded before ``before_ms``; the one in effect then stays."""
+        i = bisect_right(self._times, before_ms) - 1
+        if i > 0:
+            del self._times[:i]
+            del self._states[:i]
+
+    def __len__(self) -> int:
+        return len(self._times)

@@ -1,0 +1,341 @@
+"""``kafka-dump-log.sh --cluster-metadata-decoder`` output to ``kind: metadata``
+envelopes (SPEC 1.3).
+
+The tool (Kafka's ``DumpLogSegments``) prints, per file::
+
+    Dumping /var/lib/kafka/__cluster_metadata-0/00000000000000000000.log
+    Log starting offset: 0
+    baseOffset: 0 lastOffset: 1 count: 2 ... isControl: false ... CreateTime: 1763720000000 ...
+    | offset: 0 CreateTime: 1763720000000 keySize: -1 ... headerKeys: [] payload: {"type":...}
+    | offset: 1 CreateTime: 1763720000000 keySize: -1 ... headerKeys: [] payload: {"type":...}
+
+(a control batch prints ``LeaderChange: {...}`` and the like instead of ``payload:``).
+
+Each record line with a ``payload:`` becomes an envelope whose ``body`` is the
+payload object (``{"type", "version", "data"}``), with ``offset`` and ``ts_ms``
+from the record line. Control records (``LeaderChange:``, ``SnapshotHeader``,
+``SnapshotFooter``, ``KRaftVersion``, ``KRaftVoters``, ``endTxnMarker:``,
+``controlType:``) are Raft bookkeeping, not metadata: they are counted by
+Kafka's ``ControlRecordType`` name and skipped. Header, batch and blank lines
+are counted as other lines.
+
+Two variants are understood:
+
+* ``--skip-record-metadata`` prints ``| payload: ...`` (older tools: `` payload:
+  ...``) without offset or timestamp. The offset is then the batch's
+  ``baseOffset`` plus the record's index in the batch (metadata batches are
+  never compacted, so offsets inside a batch are consecutive) and the
+  timestamp is the batch's.
+* Snapshots (``.checkpoint`` files, ``Snapshot end offset: N, epoch: E``) number
+  their records from 0, which is not a log offset: their envelopes carry
+  ``offset: null``, and ``ts_ms`` is the ``SnapshotHeader``'s
+  ``lastContainedLogTimestamp`` when it is known (the snapshot's state is as
+  of that time, not of the snapshot's writing), else the record's CreateTime.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from detectors.envelope import BadRecord, DeadLetter, Envelope, envelope_from_obj
+
+_RECORD = re.compile(r"\|\s*offset: (-?\d+) (\w+): (-?\d+)(.*)")
+_PAYLOAD_ONLY = re.compile(r"\|?\s*payload: ")
+_PAYLOAD = re.compile(r" payload: ")
+_BATCH = re.compile(r"baseOffset: (-?\d+) lastOffset: (-?\d+) ")
+_LEGACY_BATCH = re.compile(r"offset: (-?\d+) position: ")
+_PAIR = re.compile(r"(\w+): (\S+)")
+_TS_TYPES = ("CreateTime", "LogAppendTime")
+# How DumpLogSegments prints each control record, mapped to ControlRecordType names.
+_CONTROL = re.compile(
+    r" (?:endTxnMarker: (?P<txn>\w+)|controlType: (?P<other>\w+)\("
+    r"|(?P<named>LeaderChange:|SnapshotHeader|SnapshotFooter|KRaftVersion|KRaftVoters)(?= |$))"
+)
+_CONTROL_NAMES = {
+    "LeaderChange:": "LEADER_CHANGE",
+    "SnapshotHeader": "SNAPSHOT_HEADER",
+    "SnapshotFooter": "SNAPSHOT_FOOTER",
+    "KRaftVersion": "KRAFT_VERSION",
+    "KRaftVoters": "KRAFT_VOTERS",
+}
+UNKNOWN_CONTROL = "UNKNOWN"
+
+
+@dataclass
+class MetadataDumpStats:
+    """Counters over one or more dumps.
+
+    Every line is exactly one of: a metadata record (``records`` or
+    ``dead_letters``), a control record (``control_records_by_type``, keyed by
+    Kafka's ControlRecordType name), or another line (headers, batch lines,
+    blanks), so ``lines == records + dead_letters + control_records + other_lines``.
+    """
+
+    lines: int = 0
+    records: int = 0
+    dead_letters: int = 0
+    control_records_by_type: dict[str, int] = field(default_factory=dict)
+    other_lines: int = 0
+
+    @property
+    def control_records(self) -> int:
+        return sum(self.control_records_by_type.values())
+
+
+@dataclass
+class _Batch:
+    """The batch header most recently printed: what record lines belong to."""
+
+    base_offset: int
+    last_offset: int
+    is_control: bool
+    ts_ms: int | None
+    seen: int = 0  # record lines of this batch so far
+
+
+@dataclass
+class _Section:
+    """One ``Dumping FILE`` section: a log segment or a snapshot."""
+
+    snapshot: bool = False
+    snapshot_ts_ms: int | None = None  # SnapshotHeader.lastContainedLogTimestamp
+    batch: _Batch | None = None
+
+
+@dataclass
+class _Line:
+    """A record line, taken apart. ``offset``/``ts_ms`` are None if not printed."""
+
+    offset: int | None
+    ts_type: str
+    ts_ms: int | None
+    payload: str | None
+    control: str | None  # ControlRecordType name, None if no control marker
+    control_json: str = ""
+
+
+def _check_identity(cluster: str, node: int | None) -> None:
+    if not isinstance(cluster, str) or not cluster:
+        raise ValueError("cluster must be a non-empty string")
+    if node is not None and (isinstance(node, bool) or not isinstance(node, int) or node < 0):
+        raise ValueError(f"node must be None or a non-negative node id, got {node!r}")
+
+
+def iter_metadata_dump(
+    lines: Iterable[bytes | str],
+    *,
+    source: str,
+    cluster: str,
+    node: int | None = None,
+    stats: MetadataDumpStats | None = None,
+) -> Iterator[Envelope | DeadLetter]:
+    """Parse dump output into envelopes and dead letters, in input order.
+
+    lines: physical lines (bytes preferred: bad UTF-8 in a record line becomes
+        a dead letter), with or without terminators.
+    source: names the input in ``position`` (``f"{source}:{line}"``, 1-based).
+    cluster, node: the envelope's cluster and, optionally, the controller whose
+        log was dumped.
+    stats: counters to update (to read after the generator ends, or to
+        accumulate over several files).
+
+    Raises ValueError at once for a bad cluster or node.
+    """
+    _check_identity(cluster, node)
+    counts = stats if stats is not None else MetadataDumpStats()
+    return _parse(lines, source, cluster, node, counts)
+
+
+def _parse(
+    lines: Iterable[bytes | str],
+    source: str,
+    cluster: str,
+    node: int | None,
+    counts: MetadataDumpStats,
+) -> Iterator[Envelope | DeadLetter]:
+    section = _Section()
+    seq = 0
+    for number, raw in enumerate(lines, start=1):
+        counts.lines += 1
+        text, utf8_error = _decode(raw)
+        position = f"{source}:{number}"
+        is_record = text.startswith("|") or _PAYLOAD_ONLY.match(text) is not None
+        if not is_record:
+            counts.other_lines += 1
+            if utf8_error is None:
+                section = _other_line(text, section)
+            continue
+        batch = section.batch
+        index = batch.seen if batch is not None else 0
+        if batch is not None:
+            batch.seen += 1
+        if utf8_error is not None:
+            counts.dead_letters += 1
+            yield DeadLetter(position, f"not UTF-8: {utf8_error}", text)
+            continue
+        item = _record(text, position, section, index, cluster, node, seq, counts)
+        if isinstance(item, Envelope):
+            counts.records += 1
+            seq += 1
+            yield item
+        elif isinstance(item, DeadLetter):
+            counts.dead_letters += 1
+            yield item
+
+
+def _decode(raw: bytes | str) -> tuple[str, str | None]:
+    """The line without its terminator, and a description of bad UTF-8 if any."""
+    if isinstance(raw, str):
+        return raw.rstrip("\r\n"), None
+    try:
+        return raw.decode("utf-8").rstrip("\r\n"), None
+    except UnicodeDecodeError as exc:
+        problem = f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+        return raw.decode("utf-8", errors="replace").rstrip("\r\n"), problem
+
+
+def _other_line(text: str, section: _Section) -> _Section:
+    """Track file and batch context from a non-record line; return the section."""
+    if text.startswith("Dumping "):
+        return _Section(snapshot=text.rstrip().endswith(".checkpoint"))
+    if text.startswith(("Snapshot end offset:", "KRaft bootstrap snapshot")):
+        section.snapshot = True
+    elif text.startswith(("Log starting offset:", "Starting offset:")):
+        section.snapshot = False
+    elif text.startswith("baseOffset: ") or _LEGACY_BATCH.match(text):
+        section.batch = _parse_batch(text)
+    return section
+
+
+def _parse_batch(text: str) -> _Batch | None:
+    """A batch header line, or None if it is too damaged to place records by."""
+    pairs = dict(_PAIR.findall(text))
+    try:
+        match = _BATCH.match(text)
+        if match:
+            base, last = int(match.group(1)), int(match.group(2))
+        else:
+            base = last = int(pairs["offset"])
+        ts_key = next((key for key in _TS_TYPES if key in pairs), None)
+        ts_ms = int(pairs[ts_key]) if ts_key else None
+    except (KeyError, ValueError):
+        return None
+    return _Batch(base, last, pairs.get("isControl") == "true", ts_ms)
+
+
+def _split(text: str) -> _Line | None:
+    """Take a record line apart; None if it has neither metadata nor payload."""
+    match = _RECORD.match(text)
+    if match is None:
+        only = _PAYLOAD_ONLY.match(text)
+        if only is None:
+            return None
+        return _Line(None, "", None, text[only.end() :], None)
+    offset, ts_type, ts, rest = match.groups()
+    payload_at = _PAYLOAD.search(rest)
+    if payload_at is not None:
+        return _Line(int(offset), ts_type, int(ts), rest[payload_at.end() :], None)
+    control = _CONTROL.search(rest)
+    if control is None:
+        return _Line(int(offset), ts_type, int(ts), None, None)
+    name = control.group("txn") or control.group("other")
+    if name is None:
+        name = _CONTROL_NAMES[control.group("named")]
+    return _Line(int(offset), ts_type, int(ts), None, name, rest[control.end() :].strip())
+
+
+def _record(
+    text: str,
+    position: str,
+    section: _Section,
+    index: int,
+    cluster: str,
+    node: int | None,
+    seq: int,
+    counts: MetadataDumpStats,
+) -> Envelope | DeadLetter | None:
+    """One record line: an envelope, a dead letter, or None for a control record."""
+    line = _split(text)
+    batch = section.batch
+    if line is None:
+        reason = "unrecognised record line: no 'offset:' and no 'payload:'"
+        return DeadLetter(position, reason, text)
+    in_control_batch = batch is not None and batch.is_control
+    if line.control is not None or (line.payload is None and in_control_batch):
+        kind = line.control or UNKNOWN_CONTROL
+        counts.control_records_by_type[kind] = counts.control_records_by_type.get(kind, 0) + 1
+        if kind == "SNAPSHOT_HEADER":
+            section.snapshot_ts_ms = _last_contained_ts(line.control_json)
+        return None
+    if line.payload is None:
+        reason = "record line has no payload (dump with --cluster-metadata-decoder)"
+        return DeadLetter(position, reason, text)
+    offset, ts_ms = line.offset, line.ts_ms
+    if offset is None:  # printed with --skip-record-metadata: place it by its batch
+        if batch is None:
+            return DeadLetter(
+                position, "record without offset or timestamp and no batch header before it", text
+            )
+        offset, ts_ms = batch.base_offset + index, batch.ts_ms
+        if offset > batch.last_offset:
+            reason = f"more records than the batch header announces (last {batch.last_offset})"
+            return DeadLetter(position, reason, text)
+    elif line.ts_type not in _TS_TYPES:
+        return DeadLetter(position, f"record has no timestamp ({line.ts_type}: {ts_ms})", text)
+    if ts_ms is None or ts_ms < 0:
+        return DeadLetter(position, f"record has no usable timestamp ({ts_ms})", text)
+    body, problem = _payload(line.payload)
+    if body is None:
+        return DeadLetter(position, problem, text)
+    if section.snapshot:
+        offset = None
+        if section.snapshot_ts_ms is not None and section.snapshot_ts_ms > 0:
+            ts_ms = section.snapshot_ts_ms
+    obj = {
+        "cluster": cluster,
+        "node": node,
+        "ts_ms": ts_ms,
+        "kind": "metadata",
+        "offset": offset,
+        "body": body,
+    }
+    try:
+        return envelope_from_obj(obj, position, seq)
+    except BadRecord as exc:
+        return DeadLetter(position, exc.reason, text)
+
+
+def _payload(text: str) -> tuple[dict[str, Any] | None, str]:
+    """The payload object, or None and the reason it cannot be used."""
+    if text.startswith("Error at"):
+        # DumpLogSegments prints this when its own decoder failed on the record.
+        return None, f"kafka-dump-log.sh could not decode the record: {text.strip()}"
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return None, f"malformed payload JSON: {exc}"
+    if not isinstance(body, dict):
+        return None, f"payload must be a JSON object, got {type(body).__name__}"
+    kind, version, data = body.get("type"), body.get("version"), body.get("data")
+    if not isinstance(kind, str) or not kind:
+        return None, f"payload 'type' must be a record type name, got {kind!r}"
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        return None, f"payload 'version' must be a non-negative integer, got {version!r}"
+    if not isinstance(data, dict):
+        return None, f"payload 'data' must be a JSON object, got {type(data).__name__}"
+    return body, ""
+
+
+def _last_contained_ts(text: str) -> int | None:
+    """``lastContainedLogTimestamp`` from a printed SnapshotHeader, if readable."""
+    try:
+        header = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    value = header.get("lastContainedLogTimestamp") if isinstance(header, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,70 @@
+"""The KRaft metadata quorum as its members reported it (KIP-595): who acted as
+leader of which epoch, who voted for whom, and which leaders were fetched from."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+from detectors.alerts import Evidence
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A node acting as leader of an epoch (first seen at ``ts_ms``)."""
+
+    node: int
+    epoch: int
+    ts_ms: int
+    evidence: Evidence
+
+
+@dataclass(slots=True)
+class QuorumView:
+    # epoch -> node -> its first act as leader of that epoch
+    claims: dict[int, dict[int, Claim]] = field(default_factory=dict)
+    # (voter, epoch) -> candidate -> the first evidence of that granted vote
+    votes: dict[tuple[int, int], dict[int, Claim]] = field(default_factory=dict)
+    # node -> (epoch, evidence) of its last persisted quorum state
+    persisted_epochs: dict[int, tuple[int, Evidence]] = field(default_factory=dict)
+    voters: tuple[int, ...] = ()
+    # (leader, epoch) -> voter -> times that leader served the voter's fetches, oldest first
+    fetches: dict[tuple[int, int], dict[int, list[int]]] = field(default_factory=dict)
+    # (node, epoch) -> evidence of the zombie-leader alert that is firing
+    open_zombies: dict[tuple[int, int], Evidence] = field(default_factory=dict)
+
+    def add_claim(self, node: int, epoch: int, ts_ms: int, evidence: Evidence) -> None:
+        by_node = self.claims.setdefault(epoch, {})
+        known = by_node.get(node)
+        if known is None or ts_ms < known.ts_ms:
+            by_node[node] = Claim(node, epoch, ts_ms, evidence)
+
+    def add_vote(self, voter: int, candidate: int, epoch: int, ts_ms: int, evidence: Evidence) -> None:
+        by_candidate = self.votes.setdefault((voter, epoch), {})
+        known = by_candidate.get(candidate)
+        if known is None or ts_ms < known.ts_ms:
+            by_candidate[candidate] = Claim(candidate, epoch, ts_ms, evidence)
+
+    def add_fetch(self, leader: int, epoch: int, voter: int, ts_ms: int) -> None:
+        times = self.fetches.setdefault((leader, epoch), {}).setdefault(voter, [])
+        if not times or ts_ms >= times[-1]:
+            times.append(ts_ms)
+        else:
+            times.insert(bisect_left(times, ts_ms), ts_ms)
+
+    def fetched_between(self, leader: int, epoch: int, lo_ms: int, hi_ms: int) -> set[int]:
+        """Voters whose fetches ``leader`` served in ``epoch`` within ``[lo_ms, hi_ms]``."""
+        out = set()
+        for voter, times in self.fetches.get((leader, epoch), {}).items():
+            i = bisect_left(times, lo_ms)
+            if i < len(times) and times[i] <= hi_ms:
+                out.add(voter)
+        return out
+
+    def prune(self, before_ms: int) -> None:
+        """Forget fetch times no judgment can need any more."""
+        for by_voter in self.fetches.values():
+            for times in by_voter.values():
+                i = bisect_left(times, before_ms)
+                if i > 1:
+                    del times[: i - 1]

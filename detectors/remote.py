@@ -1,0 +1,97 @@
+"""Tiered-storage remote log segments as their metadata reports them (KIP-405
+records, plus KIP-1272's per-leader-epoch cleaner offsets).
+
+fencewatch reads the cleaner-offset map from ``cleanerOffsets``: a list of
+``{"leaderEpoch": E, "offset": O}`` entries on RemoteLogSegmentMetadataRecord,
+shaped like Kafka's ``segmentLeaderEpochs``. The proposal names no field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from detectors.alerts import Evidence
+from detectors.envelope import BadRecord, Envelope
+from detectors.fields import INT64, get_int, get_list, get_obj, get_str, objects
+
+COPY_STARTED, COPY_FINISHED, DELETE_STARTED, DELETE_FINISHED = 0, 1, 2, 3
+STATE_NAMES = (
+    "COPY_SEGMENT_STARTED",
+    "COPY_SEGMENT_FINISHED",
+    "DELETE_SEGMENT_STARTED",
+    "DELETE_SEGMENT_FINISHED",
+)
+
+SEGMENT_RECORD = "REMOTE_LOG_SEGMENT_METADATA_RECORD"
+UPDATE_RECORD = "REMOTE_LOG_SEGMENT_METADATA_UPDATE_RECORD"
+_TYPE_ALIASES = {
+    "RemoteLogSegmentMetadataRecord": SEGMENT_RECORD,
+    "RemoteLogSegmentMetadataUpdateRecord": UPDATE_RECORD,
+    SEGMENT_RECORD: SEGMENT_RECORD,
+    UPDATE_RECORD: UPDATE_RECORD,
+}
+
+
+@dataclass(slots=True)
+class Segment:
+    segment_id: str
+    key: tuple[str, int]
+    broker_id: int
+    cleaner: dict[int, int]
+    state: int | None = None
+    finished: Envelope | None = None
+    delete_request: tuple[int, Envelope] | None = None
+    zombie: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEvent:
+    """One remote-log-metadata record: a segment moving to ``state``."""
+
+    segment_id: str
+    key: tuple[str, int]
+    broker_id: int
+    state: int
+    cleaner: dict[int, int] | None  # only on the segment record
+
+
+@dataclass(slots=True)
+class PartitionSegments:
+    # leader epoch -> the end offset a later epoch's accepted segment established for it
+    established_end: dict[int, tuple[int, Evidence]] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class RemoteView:
+    segments: dict[str, Segment] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], PartitionSegments] = field(default_factory=dict)
+
+
+def _state(value: Any, path: str) -> int:
+    if isinstance(value, str) and value in STATE_NAMES:
+        return STATE_NAMES.index(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(STATE_NAMES):
+        return value
+    raise BadRecord(f"{path} must be one of {', '.join(STATE_NAMES)} (or 0-3), got {value!r}")
+
+
+def parse_event(body: dict[str, Any]) -> SegmentEvent:
+    record_type = _TYPE_ALIASES.get(str(get_str(body, "type", "body")))
+    if record_type is None:
+        raise BadRecord(f"body.type {body.get('type')!r} is not a remote log segment metadata record")
+    data = get_obj(body, "data", "body")
+    ident = get_obj(data, "remoteLogSegmentId", "data")
+    tip = get_obj(ident, "topicIdPartition", "data.remoteLogSegmentId")
+    topic_id = get_str(tip, "id", "data.remoteLogSegmentId.topicIdPartition")
+    partition = get_int(tip, "partition", "data.remoteLogSegmentId.topicIdPartition")
+    segment_id = get_str(ident, "id", "data.remoteLogSegmentId")
+    assert topic_id is not None and segment_id is not None
+    state = _state(data.get("remoteLogSegmentState"), "data.remoteLogSegmentState")
+    cleaner = None
+    if record_type == SEGMENT_RECORD:
+        cleaner = {
+            get_int(e, "leaderEpoch", p): get_int(e, "offset", p, bounds=INT64)
+            for p, e in objects(get_list(data, "cleanerOffsets", "data", default=[]), "data.cleanerOffsets")
+        }
+    return SegmentEvent(segment_id, (topic_id, partition), get_int(data, "brokerId", "data"), state, cleaner)

@@ -1,0 +1,343 @@
+"""Kafka request-log bodies (SPEC 1.2) turned into the typed outcomes the
+rules judge: one entry per partition with the request's epoch and the error
+the broker answered. Field names are Kafka's JSON schema names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from detectors.envelope import BadRecord
+from detectors.fields import INT16, INT64, get_bool, get_int, get_list, get_obj, get_str, int_list, objects
+
+PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA = 0, 1, 2, 4, 5
+OFFSET_FOR_LEADER_EPOCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, ALTER_PARTITION = 23, 52, 53, 54, 56
+# Kafka's API keys stop well below this; a larger key is not a Kafka request.
+MAX_KAFKA_API_KEY = 200
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+    @property
+    def request_ref(self) -> str:
+        """Identifies the request among the node's requests (for alert ids)."""
+        return f"{self.api_key}/{self.correlation_id}/{self.client_id}"
+
+
+def header(body: dict[str, Any]) -> Header:
+    h = get_obj(body, "requestHeader", "body")
+    return Header(
+        api_key=get_int(h, "requestApiKey", "body.requestHeader", bounds=(0, MAX_KAFKA_API_KEY)),
+        api_version=get_int(h, "requestApiVersion", "body.requestHeader", bounds=INT16),
+        correlation_id=get_int(h, "correlationId", "body.requestHeader"),
+        client_id=get_str(h, "clientId", "body.requestHeader", default=None),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    """One partition of a data-plane request and how the broker answered it.
+    ``epoch`` is the request's ``currentLeaderEpoch`` (-1: none sent);
+    ``error`` is None when the response has no entry for the partition."""
+
+    topic: str | None
+    topic_id: str | None
+    partition: int
+    epoch: int
+    error: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """Where an API keeps its per-partition fields (they differ by API)."""
+
+    req_topics: str
+    req_parts: str
+    req_index: str
+    resp_topics: str
+    resp_parts: str
+    resp_index: str
+
+
+_SHAPES = {
+    PRODUCE: _Shape("topicData", "partitionData", "index", "responses", "partitionResponses", "index"),
+    FETCH: _Shape("topics", "partitions", "partition", "responses", "partitions", "partitionIndex"),
+    LIST_OFFSETS: _Shape("topics", "partitions", "partitionIndex", "topics", "partitions", "partitionIndex"),
+    OFFSET_FOR_LEADER_EPOCH: _Shape("topics", "partitions", "partition", "topics", "partitions", "partition"),
+}
+
+
+def _topic_ref(topic: dict[str, Any], path: str) -> tuple[str | None, str | None]:
+    name = None
+    for key in ("name", "topic", "topicName"):
+        if key in topic:
+            name = get_str(topic, key, path)
+            break
+    topic_id = get_str(topic, "topicId", path, default=None)
+    if name is None and topic_id is None:
+        raise BadRecord(f"{path} has neither a topic name nor a topicId")
+    return name, topic_id
+
+
+def partition_outcomes(api_key: int, body: dict[str, Any]) -> list[PartitionOutcome]:
+    """Per-partition outcomes of a PRODUCE, FETCH, LIST_OFFSETS or OFFSET_FOR_LEADER_EPOCH."""
+    shape = _SHAPES[api_key]
+    request = get_obj(body, "request", "body")
+    response = get_obj(body, "response", "body", default=None)
+    answered: dict[tuple[str | None, int], int] = {}
+    if response is not None:
+        top_error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+        rpath = f"body.response.{shape.resp_topics}"
+        for tpath, topic in objects(
+            get_list(response, shape.resp_topics, "body.response", default=[]), rpath
+        ):
+            name, topic_id = _topic_ref(topic, tpath)
+            ppath = f"{tpath}.{shape.resp_parts}"
+            for path, part in objects(get_list(topic, shape.resp_parts, tpath), ppath):
+                index = get_int(part, shape.resp_index, path)
+                error = get_int(part, "errorCode", path, bounds=INT16, default=top_error)
+                answered[(topic_id or name, index)] = error
+    outcomes = []
+    qpath = f"body.request.{shape.req_topics}"
+    for tpath, topic in objects(get_list(request, shape.req_topics, "body.request"), qpath):
+        name, topic_id = _topic_ref(topic, tpath)
+        ppath = f"{tpath}.{shape.req_parts}"
+        for path, part in objects(get_list(topic, shape.req_parts, tpath), ppath):
+            index = get_int(part, shape.req_index, path)
+            epoch = get_int(part, "currentLeaderEpoch", path, default=-1)
+            error = answered.get((topic_id or name, index))
+            outcomes.append(PartitionOutcome(name, topic_id, index, epoch, error))
+    return outcomes
+
+
+def is_quorum_fetch(body: dict[str, Any]) -> bool:
+    """A FETCH of the KRaft metadata log (KIP-595), served by a quorum leader."""
+    request = body.get("request")
+    if not isinstance(request, dict):
+        return False
+    topics = request.get("topics")
+    if not isinstance(topics, list) or len(topics) != 1 or not isinstance(topics[0], dict):
+        return False
+    topic = topics[0]
+    return topic.get("topic") == METADATA_TOPIC or topic.get("topicId") == METADATA_TOPIC_ID
+
+
+def fetch_replica_id(request: dict[str, Any]) -> int:
+    """The fetching replica (-1 for consumers): ``replicaId`` before v15,
+    ``replicaState.replicaId`` from v15 (KIP-903)."""
+    state = request.get("replicaState")
+    if isinstance(state, dict):
+        return get_int(state, "replicaId", "body.request.replicaState", default=-1)
+    return get_int(request, "replicaId", "body.request", default=-1)
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaPartition:
+    topic: str
+    partition: int
+    leader_epoch: int  # -1: none sent (v<3); -2: topic deletion sentinel (KIP-570)
+    delete: bool
+    error: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplica:
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+    error: int
+    partitions: tuple[StopReplicaPartition, ...]
+
+
+def stop_replica(api_version: int, body: dict[str, Any]) -> StopReplica:
+    request = get_obj(body, "request", "body")
+    response = get_obj(body, "response", "body")
+    error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+    errors: dict[tuple[str, int], int] = {}
+    epath = "body.response.partitionErrors"
+    for path, item in objects(get_list(response, "partitionErrors", "body.response", default=[]), epath):
+        topic = get_str(item, "topicName", path)
+        assert topic is not None
+        errors[(topic, get_int(item, "partitionIndex", path))] = get_int(
+            item, "errorCode", path, bounds=INT16
+        )
+    partitions: list[StopReplicaPartition] = []
+    if api_version >= 3:
+        spath = "body.request.topicStates"
+        for tpath, topic in objects(get_list(request, "topicStates", "body.request"), spath):
+            name = get_str(topic, "topicName", tpath)
+            assert name is not None
+            ppath = f"{tpath}.partitionStates"
+            for path, part in objects(get_list(topic, "partitionStates", tpath), ppath):
+                index = get_int(part, "partitionIndex", path)
+                partitions.append(
+                    StopReplicaPartition(
+                        name,
+                        index,
+                        get_int(part, "leaderEpoch", path, default=-1),
+                        get_bool(part, "deletePartition", path, default=False),
+                        errors.get((name, index), error if error else None),
+                    )
+                )
+    return StopReplica(
+        controller_id=get_int(request, "controllerId", "body.request"),
+        controller_epoch=get_int(request, "controllerEpoch", "body.request"),
+        broker_epoch=get_int(request, "brokerEpoch", "body.request", bounds=INT64, default=-1),
+        error=error,
+        partitions=tuple(partitions),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrPartition:
+    topic: str
+    topic_id: str | None
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    error: int
+
+
+def leader_and_isr(body: dict[str, Any]) -> tuple[int, int, list[LeaderAndIsrPartition]]:
+    """(controller epoch, top-level error, partitions) of a ZooKeeper-mode LeaderAndIsr."""
+    request = get_obj(body, "request", "body")
+    response = get_obj(body, "response", "body")
+    error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+    errors: dict[tuple[str, int], int] = {}
+    for tpath, topic in objects(
+        get_list(response, "topics", "body.response", default=[]), "body.response.topics"
+    ):
+        key = get_str(topic, "topicId", tpath)
+        for path, item in objects(get_list(topic, "partitionErrors", tpath), f"{tpath}.partitionErrors"):
+            errors[(key or "", get_int(item, "partitionIndex", path))] = get_int(item, "errorCode", path)
+    epath = "body.response.partitionErrors"
+    for path, item in objects(get_list(response, "partitionErrors", "body.response", default=[]), epath):
+        key = get_str(item, "topicName", path)
+        errors[(key or "", get_int(item, "partitionIndex", path))] = get_int(item, "errorCode", path)
+    states: list[tuple[str, str | None, str, dict[str, Any]]] = []
+    for tpath, topic in objects(
+        get_list(request, "topicStates", "body.request", default=[]), "body.request.topicStates"
+    ):
+        name = get_str(topic, "topicName", tpath)
+        topic_id = get_str(topic, "topicId", tpath, default=None)
+        assert name is not None
+        for path, part in objects(get_list(topic, "partitionStates", tpath), f"{tpath}.partitionStates"):
+            states.append((name, topic_id, path, part))
+    upath = "body.request.ungroupedPartitionStates"
+    for path, part in objects(
+        get_list(request, "ungroupedPartitionStates", "body.request", default=[]), upath
+    ):
+        name = get_str(part, "topicName", path)
+        assert name is not None
+        states.append((name, None, path, part))
+    partitions = []
+    for name, topic_id, path, part in states:
+        index = get_int(part, "partitionIndex", path)
+        epoch_key = "partitionEpoch" if "partitionEpoch" in part else "zkVersion"
+        partitions.append(
+            LeaderAndIsrPartition(
+                topic=name,
+                topic_id=topic_id,
+                partition=index,
+                leader=get_int(part, "leader", path),
+                leader_epoch=get_int(part, "leaderEpoch", path),
+                partition_epoch=get_int(part, epoch_key, path, default=-1),
+                isr=int_list(get_list(part, "isr", path), f"{path}.isr"),
+                replicas=int_list(get_list(part, "replicas", path, default=[]), f"{path}.replicas"),
+                error=errors.get((topic_id or name, index), error),
+            )
+        )
+    return get_int(request, "controllerEpoch", "body.request"), error, partitions
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionEntry:
+    topic: str | None
+    topic_id: str | None
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+    isr_epochs: dict[int, int]  # broker id -> broker epoch from newIsrWithEpochs (KIP-903)
+    error: int | None
+    result_partition_epoch: int  # the response's partitionEpoch, -1 if absent
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartition:
+    broker_id: int
+    broker_epoch: int
+    error: int
+    partitions: tuple[AlterPartitionEntry, ...]
+
+
+def alter_partition(body: dict[str, Any]) -> AlterPartition:
+    request = get_obj(body, "request", "body")
+    response = get_obj(body, "response", "body")
+    error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+    answered: dict[tuple[str | None, int], tuple[int, int]] = {}
+    for tpath, topic in objects(
+        get_list(response, "topics", "body.response", default=[]), "body.response.topics"
+    ):
+        name, topic_id = _topic_ref(topic, tpath)
+        for path, part in objects(get_list(topic, "partitions", tpath), f"{tpath}.partitions"):
+            answered[(topic_id or name, get_int(part, "partitionIndex", path))] = (
+                get_int(part, "errorCode", path, bounds=INT16),
+                get_int(part, "partitionEpoch", path, default=-1),
+            )
+    entries = []
+    for tpath, topic in objects(get_list(request, "topics", "body.request"), "body.request.topics"):
+        name, topic_id = _topic_ref(topic, tpath)
+        for path, part in objects(get_list(topic, "partitions", tpath), f"{tpath}.partitions"):
+            index = get_int(part, "partitionIndex", path)
+            isr_epochs: dict[int, int] = {}
+            if "newIsrWithEpochs" in part:
+                wpath = f"{path}.newIsrWithEpochs"
+                for mpath, member in objects(get_list(part, "newIsrWithEpochs", path), wpath):
+                    isr_epochs[get_int(member, "brokerId", mpath)] = get_int(
+                        member, "brokerEpoch", mpath, bounds=INT64, default=-1
+                    )
+                new_isr = tuple(isr_epochs)
+            else:
+                new_isr = int_list(get_list(part, "newIsr", path), f"{path}.newIsr")
+            result = answered.get((topic_id or name, index))
+            entries.append(
+                AlterPartitionEntry(
+                    topic=name,
+                    topic_id=topic_id,
+                    partition=index,
+                    leader_epoch=get_int(part, "leaderEpoch", path),
+                    partition_epoch=get_int(part, "partitionEpoch", path),
+                    new_isr=new_isr,
+                    isr_epochs=isr_epochs,
+                    error=result[0] if result else (error if error else None),
+                    result_partition_epoch=result[1] if result else -1,
+                )
+            )
+    return AlterPartition(
+        broker_id=get_int(request, "brokerId", "body.request"),
+        broker_epoch=get_int(request, "brokerEpoch", "body.request", bounds=INT64, default=-1),
+        error=error,
+        partitions=tuple(entries),
+    )
+
+
+def quorum_partitions(body: dict[str, Any], side: str) -> list[tuple[str, dict[str, Any]]]:
+    """The partition entries of a VOTE / BEGIN_QUORUM_EPOCH / END_QUORUM_EPOCH
+    request or response (``side`` is "request" or "response")."""
+    obj = get_obj(body, side, "body", default={} if side == "response" else ...)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for tpath, topic in objects(get_list(obj, "topics", f"body.{side}", default=[]), f"body.{side}.topics"):
+        out.extend(objects(get_list(topic, "partitions", tpath), f"{tpath}.partitions"))
+    return out

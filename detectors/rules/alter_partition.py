@@ -1,0 +1,172 @@
+"""KIP-841 / KIP-903: the controller's AlterPartition answers, judged on the
+controller's request log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from detectors.envelope import Envelope
+from detectors.errors import KafkaError
+from detectors.requests import AlterPartition, AlterPartitionEntry, Header
+from detectors.rules.base import Rule, register
+from detectors.rules.isr import IsrIneligibleReplicaAdmitted
+from detectors.view import PartitionState
+
+if TYPE_CHECKING:
+    from detectors.cluster import ClusterState
+
+V2_ONLY_ERRORS = (KafkaError.INELIGIBLE_REPLICA, KafkaError.NEW_LEADER_ELECTED, KafkaError.UNKNOWN_TOPIC_ID)
+
+
+@register
+class AlterPartitionStaleEpochAccepted(Rule):
+    """KIP-841. The controller answered NONE to an AlterPartition whose
+    ``leaderEpoch`` or ``partitionEpoch`` is older than the partition's state
+    just before the change it made: a deposed leader rewrote the ISR. Not a
+    violation: FENCED_LEADER_EPOCH / INVALID_UPDATE_VERSION answers; a request
+    whose epochs match the state it replaced (its own change record may be
+    logged before the request)."""
+
+    id = "ALTER_PARTITION_STALE_EPOCH_ACCEPTED"
+    severity = "critical"
+    proposals = ("KIP-841",)
+
+
+@register
+class AlterPartitionStaleBrokerEpochAccepted(Rule):
+    """KIP-903. The controller answered NONE to an AlterPartition whose
+    ``brokerEpoch`` (not -1) matches none of the sender's registered epochs in
+    the grace window: a previous incarnation of the broker changed the ISR.
+    ``node`` is the controller. Not a violation: -1 (older senders); the epoch
+    of a registration replaced within the grace window; STALE_BROKER_EPOCH
+    answers."""
+
+    id = "ALTER_PARTITION_STALE_BROKER_EPOCH_ACCEPTED"
+    severity = "critical"
+    proposals = ("KIP-903",)
+
+
+@register
+class AlterPartitionErrorVersionMismatch(Rule):
+    """KIP-841. INELIGIBLE_REPLICA, NEW_LEADER_ELECTED or UNKNOWN_TOPIC_ID answered
+    to a request below version 2 (older brokers cannot parse them), or
+    OPERATION_NOT_ATTEMPTED answered for an ineligible ISR to version 2+
+    (which must get INELIGIBLE_REPLICA). Not a violation: OPERATION_NOT_ATTEMPTED
+    to v0/v1 for an ineligible replica — that is exactly what KIP-841 asks."""
+
+    id = "ALTER_PARTITION_ERROR_VERSION_MISMATCH"
+    severity = "warning"
+    proposals = ("KIP-841",)
+
+
+def judge(cs: ClusterState, env: Envelope, header: Header, request: AlterPartition) -> None:
+    if request.error != KafkaError.NONE:
+        return  # the whole request was rejected: fencing working
+    identity = (header.request_ref,)
+    grace = cs.config.grace_ms
+    accepted = [p for p in request.partitions if p.error == KafkaError.NONE]
+    if accepted and request.broker_epoch != -1:
+        states = cs.view.broker_window(request.broker_id, env.ts_ms - grace, env.ts_ms)
+        if not states:
+            cs.unverified("unknown broker")
+        elif all(s.epoch != request.broker_epoch for s in states):
+            cs.emit(
+                AlterPartitionStaleBrokerEpochAccepted,
+                env,
+                message=f"controller {env.node} accepted an AlterPartition from broker "
+                f"{request.broker_id} with stale broker epoch {request.broker_epoch} "
+                f"(registered: {states[-1].epoch})",
+                node=env.node,
+                identity=identity,
+                evidence=[states[-1].source],
+            )
+    for entry in request.partitions:
+        _judge_version(cs, env, header, entry)
+        if entry.error == KafkaError.NONE:
+            _judge_accepted(cs, env, header, entry)
+
+
+def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: AlterPartitionEntry) -> None:
+    if entry.error is None:
+        return
+    tp = f"{entry.topic or entry.topic_id}-{entry.partition}"
+    wrong = None
+    if header.api_version < 2 and entry.error in V2_ONLY_ERRORS:
+        wrong = f"{KafkaError(entry.error).name} to AlterPartition v{header.api_version}"
+    elif header.api_version >= 2 and entry.error == KafkaError.OPERATION_NOT_ATTEMPTED:
+        ineligible = [
+            r for r in entry.new_isr if (b := cs.view.broker_at(r, env.ts_ms)) and b.ineligibility()
+        ]
+        if ineligible:
+            wrong = (
+                f"OPERATION_NOT_ATTEMPTED instead of INELIGIBLE_REPLICA to AlterPartition "
+                f"v{header.api_version} (ineligible: {ineligible})"
+            )
+    if wrong:
+        key = cs.view.resolve_topic(entry.topic, entry.topic_id, env.ts_ms)
+        cs.emit(
+            AlterPartitionErrorVersionMismatch,
+            env,
+            message=f"controller {env.node} answered {wrong} for {tp}",
+            node=env.node,
+            identity=(header.request_ref,),
+            partition_key=(key, entry.partition) if key else None,
+        )
+
+
+def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: AlterPartitionEntry) -> None:
+    found = cs.partition_window(entry.topic, entry.topic_id, entry.partition, env.ts_ms)
+    if found is None:
+        return
+    key, _ = found
+    history = cs.view.partition(key)
+    assert history is not None
+    # The controller is the authority: no grace, the state it replaced or held then.
+    before = _state_replaced(cs, key, env.ts_ms, entry.result_partition_epoch) or history.at(env.ts_ms)
+    if before is None:
+        return
+    tp = f"{entry.topic or entry.topic_id}-{entry.partition}"
+    if entry.leader_epoch < before.leader_epoch or entry.partition_epoch < before.partition_epoch:
+        cs.emit(
+            AlterPartitionStaleEpochAccepted,
+            env,
+            message=f"controller {env.node} accepted an AlterPartition for {tp} with leaderEpoch "
+            f"{entry.leader_epoch}/partitionEpoch {entry.partition_epoch} while the partition was at "
+            f"{before.leader_epoch}/{before.partition_epoch}",
+            node=env.node,
+            identity=(header.request_ref,),
+            evidence=[before.source],
+            partition_key=key,
+        )
+    grace = cs.config.grace_ms
+    for replica, epoch in entry.isr_epochs.items():
+        if replica in before.isr or epoch == -1:
+            continue
+        registered = cs.view.broker_window(replica, env.ts_ms - grace, env.ts_ms)
+        if registered and all(s.epoch != epoch for s in registered):
+            cs.emit(
+                IsrIneligibleReplicaAdmitted,
+                env,
+                message=f"replica {replica} with stale broker epoch {epoch} (registered: "
+                f"{registered[-1].epoch}) was added to the ISR of {tp}",
+                node=replica,
+                identity=(entry.result_partition_epoch,),
+                evidence=[registered[-1].source],
+                partition_key=key,
+            )
+
+
+def _state_replaced(
+    cs: ClusterState, key: tuple[str, int], ts_ms: int, result_epoch: int
+) -> PartitionState | None:
+    """The partition state this request's own change replaced: the change record
+    may be logged (and applied) just before the request's completion line."""
+    if result_epoch < 1:
+        return None
+    history = cs.view.partition(key)
+    if history is None:
+        return None
+    for state in history.window(ts_ms - cs.config.retention_ms, ts_ms + cs.config.grace_ms):
+        if state.partition_epoch == result_epoch - 1:
+            return state
+    return None

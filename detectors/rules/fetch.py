@@ -1,0 +1,53 @@
+"""KIP-320: the leader epoch in Fetch, ListOffsets and OffsetForLeaderEpoch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from detectors.envelope import Envelope
+from detectors.errors import KafkaError
+from detectors.requests import Header, PartitionOutcome
+from detectors.rules.base import Rule, register
+
+if TYPE_CHECKING:
+    from detectors.cluster import ClusterState
+
+
+@register
+class FetchStaleEpochServed(Rule):
+    """KIP-320. A Fetch, ListOffsets or OffsetForLeaderEpoch partition whose
+    ``currentLeaderEpoch`` (>= 0) is older than every leader epoch of the grace
+    window was answered NONE: the reader may see a log that has since been
+    truncated. Not a violation: -1 (no epoch sent); an epoch that was current
+    within the grace window; FENCED_LEADER_EPOCH answers; metadata-quorum
+    fetches (judged by the QUORUM_* rules)."""
+
+    id = "FETCH_STALE_EPOCH_SERVED"
+    severity = "warning"
+    proposals = ("KIP-320",)
+
+
+def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[PartitionOutcome]) -> None:
+    for outcome in outcomes:
+        if outcome.error is None:
+            cs.unverified("partition has no response entry")
+            continue
+        if outcome.error != KafkaError.NONE or outcome.epoch < 0:
+            continue
+        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env.ts_ms)
+        if found is None:
+            continue
+        key, states = found
+        oldest = min(s.leader_epoch for s in states)
+        if outcome.epoch < oldest:
+            cs.emit(
+                FetchStaleEpochServed,
+                env,
+                message=f"broker {env.node} served api {header.api_key} on "
+                f"{outcome.topic or key[0]}-{outcome.partition} for stale currentLeaderEpoch "
+                f"{outcome.epoch} (leader epoch {oldest})",
+                node=env.node,
+                identity=(header.request_ref,),
+                evidence=[states[0].source],
+                partition_key=key,
+            )

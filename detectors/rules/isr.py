@@ -1,0 +1,89 @@
+"""KIP-841 / KIP-903: only active replicas join the ISR or become leader. Judged
+on the metadata log itself, where the change takes effect."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from detectors.rules.base import Rule, register
+from detectors.view import PartitionChange
+
+if TYPE_CHECKING:
+    from detectors.cluster import ClusterState
+
+
+@register
+class IsrIneligibleReplicaAdmitted(Rule):
+    """KIP-841, KIP-903. An ISR change (a PARTITION_CHANGE_RECORD, a new
+    partition's PARTITION_RECORD, or an AlterPartition answered NONE) adds a
+    replica that is fenced, in controlled shutdown, unregistered, or — from
+    ``newIsrWithEpochs`` — whose broker epoch is not its registered one. Such a
+    replica may lack acknowledged data and later be elected. ``node`` is the
+    admitted replica (the metadata log does not name its writer). Not a
+    violation: a fenced broker that merely stays as the last ISR member (the
+    controller keeps it so the partition can recover); re-adding a broker after
+    it was unfenced; snapshot PARTITION_RECORDs that re-state existing
+    partitions (partitionEpoch > 0)."""
+
+    id = "ISR_INELIGIBLE_REPLICA_ADMITTED"
+    severity = "critical"
+    proposals = ("KIP-841", "KIP-903")
+
+
+@register
+class LeaderIneligibleElected(Rule):
+    """KIP-841. A metadata record makes a fenced, shutting-down or unregistered
+    broker the partition's leader. ``node`` is that broker. Not a violation:
+    ``leader: -1`` (no leader, e.g. the last ISR member was fenced); a record
+    that keeps the current leader while only bumping the epoch."""
+
+    id = "LEADER_INELIGIBLE_ELECTED"
+    severity = "critical"
+    proposals = ("KIP-841",)
+
+
+def judge_change(cs: ClusterState, change: PartitionChange) -> None:
+    """Judge a partition change at the moment it is applied: metadata records
+    arrive in log order, so the latest broker states are the controller's."""
+    after, before, env = change.after, change.before, change.env
+    if before is None and after.partition_epoch > 0:
+        return  # a snapshot re-stating an existing partition, not a decision being made
+    tp = f"{change.key[0]}-{change.key[1]}"
+    for replica in after.isr:
+        if before is not None and replica in before.isr:
+            continue
+        history = cs.view.brokers.get(replica)
+        if history is None:
+            cs.unverified("ISR member never registered in the view")
+            continue
+        broker = history.latest
+        why = broker.ineligibility()
+        if why:
+            cs.emit(
+                IsrIneligibleReplicaAdmitted,
+                env,
+                message=f"replica {replica} was added to the ISR of {tp} while {why} "
+                f"(partition epoch {after.partition_epoch})",
+                node=replica,
+                identity=(after.partition_epoch,),
+                evidence=[broker.source],
+                partition_key=change.key,
+            )
+    if after.leader >= 0 and (before is None or after.leader != before.leader):
+        history = cs.view.brokers.get(after.leader)
+        if history is None:
+            cs.unverified("leader never registered in the view")
+            return
+        broker = history.latest
+        why = broker.ineligibility()
+        if why:
+            cs.emit(
+                LeaderIneligibleElected,
+                env,
+                message=f"broker {after.leader} was elected leader of {tp} "
+                f"(leader epoch {after.leader_epoch}) while {why}",
+                node=after.leader,
+                identity=(after.leader_epoch,),
+                evidence=[broker.source],
+                partition_key=change.key,
+            )

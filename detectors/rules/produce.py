@@ -1,0 +1,116 @@
+"""KIP-359: the leader epoch in ProduceRequest, and writes accepted by a broker
+that is not the leader."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from detectors.envelope import Envelope
+from detectors.errors import KafkaError
+from detectors.requests import Header, PartitionOutcome
+from detectors.rules.base import Rule, register
+
+if TYPE_CHECKING:
+    from detectors.cluster import ClusterState
+
+
+@register
+class ProduceStaleEpochAccepted(Rule):
+    """KIP-359. The partition's leader answered a Produce with NONE although the
+    request's ``currentLeaderEpoch`` (>= 0) is older than every leader epoch the
+    partition had within the grace window: the leader should have answered
+    FENCED_LEADER_EPOCH. Not a violation: requests without the field (-1, stock
+    Kafka clients); an epoch that was current within the grace window (the
+    broker may not have applied the bump yet); a FENCED_LEADER_EPOCH answer
+    (fencing working). When the broker is not the leader at all,
+    PRODUCE_ACCEPTED_BY_NON_LEADER is raised instead."""
+
+    id = "PRODUCE_STALE_EPOCH_ACCEPTED"
+    severity = "warning"
+    proposals = ("KIP-359",)
+
+
+@register
+class ProduceAcceptedByNonLeader(Rule):
+    """KIP-359 motivation. A broker answered a Produce partition with NONE while
+    it was not the partition's leader at any moment of the grace window around
+    the request: a zombie leader accepting writes that the real leader never
+    sees. Critical when ``acks=-1`` (the client believes the write is durable).
+    Not a violation: a former leader within the grace window after the election
+    (brokers apply metadata late); NOT_LEADER_OR_FOLLOWER answers."""
+
+    id = "PRODUCE_ACCEPTED_BY_NON_LEADER"
+    severity = "warning"
+    proposals = ("KIP-359",)
+
+
+@register
+class ProduceEpochErrorMismatch(Rule):
+    """KIP-359 / KIP-320. The epoch error contradicts the epochs: FENCED_LEADER_EPOCH
+    for a request epoch not older than every epoch in the grace window, or
+    UNKNOWN_LEADER_EPOCH for one not newer than any. Clients react to the two
+    differently (refresh metadata vs back off), so a swapped code stalls them.
+    Not a violation: either error for an epoch that lagged or led within the grace window."""
+
+    id = "PRODUCE_EPOCH_ERROR_MISMATCH"
+    severity = "warning"
+    proposals = ("KIP-359", "KIP-320")
+
+
+def judge(
+    cs: ClusterState, env: Envelope, header: Header, acks: int, outcomes: list[PartitionOutcome]
+) -> None:
+    node = env.node
+    for outcome in outcomes:
+        if outcome.error is None:
+            cs.unverified("partition has no response entry")
+            continue
+        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env.ts_ms)
+        if found is None:
+            continue
+        key, states = found
+        identity = (header.request_ref,)
+        oldest = min(s.leader_epoch for s in states)
+        newest = max(s.leader_epoch for s in states)
+        evidence = [states[0].source] if len(states) == 1 else [states[0].source, states[-1].source]
+        tp = f"{outcome.topic or key[0]}-{outcome.partition}"
+        if outcome.error == KafkaError.NONE:
+            leaders = {s.leader for s in states}
+            if node not in leaders:
+                cs.emit(
+                    ProduceAcceptedByNonLeader,
+                    env,
+                    message=f"broker {node} accepted a produce (acks={acks}) to {tp} while the leader "
+                    f"was {sorted(leaders)} for the whole grace window",
+                    node=node,
+                    identity=identity,
+                    evidence=evidence,
+                    partition_key=key,
+                    severity="critical" if acks == -1 else None,
+                )
+            elif 0 <= outcome.epoch < oldest:
+                cs.emit(
+                    ProduceStaleEpochAccepted,
+                    env,
+                    message=f"leader {node} accepted a produce to {tp} with stale currentLeaderEpoch "
+                    f"{outcome.epoch} (leader epoch {oldest})",
+                    node=node,
+                    identity=identity,
+                    evidence=evidence,
+                    partition_key=key,
+                )
+        elif outcome.epoch >= 0 and (
+            (outcome.error == KafkaError.FENCED_LEADER_EPOCH and outcome.epoch >= newest)
+            or (outcome.error == KafkaError.UNKNOWN_LEADER_EPOCH and outcome.epoch <= oldest)
+        ):
+            cs.emit(
+                ProduceEpochErrorMismatch,
+                env,
+                message=f"broker {node} answered {KafkaError(outcome.error).name} to a produce to {tp} "
+                f"with currentLeaderEpoch {outcome.epoch} while the leader epoch was "
+                f"{oldest if oldest == newest else f'{oldest}..{newest}'}",
+                node=node,
+                identity=identity,
+                evidence=evidence,
+                partition_key=key,
+            )

@@ -1,0 +1,285 @@
+"""KIP-595: the Raft metadata quorum. Acts of leadership, votes and step-downs
+are collected as they arrive; judgments run once every source has had its
+grace window, so the verdicts do not depend on arrival order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from detectors.alerts import Evidence
+from detectors.envelope import Envelope
+from detectors.errors import KafkaError
+from detectors.fields import get_bool, get_int, get_list, get_obj, objects
+from detectors.requests import (
+    BEGIN_QUORUM_EPOCH,
+    END_QUORUM_EPOCH,
+    FETCH,
+    VOTE,
+    Header,
+    fetch_replica_id,
+    quorum_partitions,
+)
+from detectors.rules.base import Rule, register
+
+if TYPE_CHECKING:
+    from detectors.cluster import ClusterState
+
+Judgment = Callable[[], None]
+
+
+@register
+class QuorumTwoLeadersInEpoch(Rule):
+    """KIP-595. Two different nodes acted as leader of the same epoch (persisted
+    ``leaderId`` = itself, sent BeginQuorumEpoch, or served metadata fetches as
+    leader). Raft allows at most one leader per epoch. ``node`` is the later
+    claimant. Not a violation: followers naming the leader; a new leader in a
+    newer epoch."""
+
+    id = "QUORUM_TWO_LEADERS_IN_EPOCH"
+    severity = "critical"
+    proposals = ("KIP-595",)
+
+
+@register
+class QuorumEpochRegression(Rule):
+    """KIP-595. A node persisted a quorum state whose ``leaderEpoch`` is lower
+    than one it persisted before. Epochs only grow. Not a violation: the same
+    epoch persisted again (a vote, then the leader learned)."""
+
+    id = "QUORUM_EPOCH_REGRESSION"
+    severity = "critical"
+    proposals = ("KIP-595",)
+
+
+@register
+class QuorumDoubleVote(Rule):
+    """KIP-595. One voter granted its vote to two different candidates in the
+    same epoch (from granted Vote responses or persisted ``votedId``). Not a
+    violation: pre-votes (KIP-996, ``preVote: true``), which do not bind; votes
+    in different epochs; a voter that names another node as leader than the
+    one it voted for."""
+
+    id = "QUORUM_DOUBLE_VOTE"
+    severity = "critical"
+    proposals = ("KIP-595",)
+
+
+@register
+class QuorumZombieLeader(Rule):
+    """KIP-595. A node still acts as leader of epoch E after another node's
+    leadership of a newer epoch had been known for the grace window, or acts as
+    leader more than 1.5 x ``quorum.fetch.timeout.ms`` after it last served
+    fetches from a majority of the voters. A timer alert: ``firing`` when it
+    starts, ``resolved`` when the node steps down (persists another leader or a
+    newer epoch, or sends EndQuorumEpoch). Not a violation: an old leader acting
+    within the grace window after the election; a leader whose followers fetch
+    regularly."""
+
+    id = "QUORUM_ZOMBIE_LEADER"
+    severity = "critical"
+    proposals = ("KIP-595",)
+
+
+def ingest_state(cs: ClusterState, env: Envelope) -> list[Judgment]:
+    """A ``quorum_state`` event: the QuorumStateMessage ``env.node`` persisted."""
+    body, node = env.body, env.node
+    assert node is not None
+    leader = get_int(body, "leaderId", "body")
+    epoch = get_int(body, "leaderEpoch", "body")
+    voted = get_int(body, "votedId", "body", default=-1)
+    voters = get_list(body, "currentVoters", "body", default=None)
+    if voters is not None:
+        cs.quorum.voters = tuple(get_int(v, "voterId", p) for p, v in objects(voters, "body.currentVoters"))
+    q = cs.quorum
+    previous = q.persisted_epochs.get(node)
+    evidence = Evidence.of("view", env, f"node {node} persisted leader {leader} epoch {epoch}")
+    if previous is not None and epoch < previous[0]:
+        cs.emit(
+            QuorumEpochRegression,
+            env,
+            message=f"node {node} persisted leader epoch {epoch} after epoch {previous[0]}",
+            node=node,
+            identity=(epoch, previous[0], env.ts_ms),
+            evidence=[previous[1]],
+        )
+    q.persisted_epochs[node] = (epoch, evidence)
+    judgments: list[Judgment] = []
+    if voted >= 0:
+        q.add_vote(node, voted, epoch, env.ts_ms, evidence)
+        judgments.append(partial(_judge_vote, cs, env, node, voted, epoch))
+    if leader == node:
+        q.add_claim(node, epoch, env.ts_ms, evidence)
+        judgments.append(partial(_judge_claim, cs, env, node, epoch))
+    else:
+        judgments.append(partial(_judge_step_down, cs, env, node, epoch))
+    return judgments
+
+
+def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Judgment]:
+    """VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH and metadata-quorum FETCH lines."""
+    node = env.node
+    assert node is not None
+    body = env.body
+    judgments: list[Judgment] = []
+    if header.api_key == VOTE:
+        granted = {i: p for i, (_, p) in enumerate(quorum_partitions(body, "response"))}
+        request = get_obj(body, "request", "body")
+        for i, (path, part) in enumerate(quorum_partitions(body, "request")):
+            candidate = get_int(part, "candidateId" if "candidateId" in part else "replicaId", path)
+            epoch = get_int(part, "candidateEpoch" if "candidateEpoch" in part else "replicaEpoch", path)
+            pre_vote = get_bool(
+                part, "preVote", path, default=get_bool(request, "preVote", "body.request", default=False)
+            )
+            answer = granted.get(i, {})
+            if pre_vote or not answer.get("voteGranted") or answer.get("errorCode", 0) != KafkaError.NONE:
+                continue
+            evidence = Evidence.of(
+                "view", env, f"node {node} granted its vote to {candidate} in epoch {epoch}"
+            )
+            cs.quorum.add_vote(node, candidate, epoch, env.ts_ms, evidence)
+            judgments.append(partial(_judge_vote, cs, env, node, candidate, epoch))
+    elif header.api_key in (BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH):
+        for path, part in quorum_partitions(body, "request"):
+            leader = get_int(part, "leaderId", path)
+            epoch = get_int(part, "leaderEpoch", path)
+            if header.api_key == BEGIN_QUORUM_EPOCH:
+                evidence = Evidence.of("view", env, f"node {leader} began epoch {epoch} as leader")
+                cs.quorum.add_claim(leader, epoch, env.ts_ms, evidence)
+                judgments.append(partial(_judge_claim, cs, env, leader, epoch))
+            else:
+                judgments.append(partial(_judge_step_down, cs, env, leader, epoch + 1))
+    elif header.api_key == FETCH:
+        judgments.extend(_ingest_quorum_fetch(cs, env, node))
+    return judgments
+
+
+def _ingest_quorum_fetch(cs: ClusterState, env: Envelope, node: int) -> list[Judgment]:
+    request = get_obj(env.body, "request", "body")
+    response = get_obj(env.body, "response", "body", default={})
+    if get_int(response, "errorCode", "body.response", default=0) != KafkaError.NONE:
+        return []
+    replica = fetch_replica_id(request)
+    topics = get_list(request, "topics", "body.request")
+    answers = [
+        p
+        for _, t in objects(get_list(response, "responses", "body.response", default=[]), "r")
+        for _, p in objects(get_list(t, "partitions", "r"), "p")
+    ]
+    judgments: list[Judgment] = []
+    for tpath, topic in objects(topics, "body.request.topics"):
+        for path, part in objects(get_list(topic, "partitions", tpath), f"{tpath}.partitions"):
+            epoch = get_int(part, "currentLeaderEpoch", path, default=-1)
+            answer = answers[0] if answers else {}
+            if answer.get("errorCode", 0) != KafkaError.NONE:
+                continue
+            leader = answer.get("currentLeader")
+            if isinstance(leader, dict) and leader.get("leaderId", node) != node:
+                continue  # the node answered as a follower
+            if isinstance(leader, dict) and isinstance(leader.get("leaderEpoch"), int):
+                epoch = leader["leaderEpoch"]
+            if epoch < 0:
+                continue
+            cs.quorum.add_fetch(node, epoch, replica, env.ts_ms)
+            evidence = Evidence.of(
+                "view", env, f"node {node} served a metadata fetch as leader of epoch {epoch}"
+            )
+            cs.quorum.add_claim(node, epoch, env.ts_ms, evidence)
+            judgments.append(partial(_judge_claim, cs, env, node, epoch))
+    return judgments
+
+
+def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None:
+    q = cs.quorum
+    claims = q.claims.get(epoch, {})
+    first = min(claims.values(), key=lambda c: (c.ts_ms, c.node))
+    if first.node != node:
+        cs.emit(
+            QuorumTwoLeadersInEpoch,
+            env,
+            message=f"node {node} acted as leader of epoch {epoch}, already led by node {first.node}",
+            node=node,
+            identity=(epoch,),
+            evidence=[first.evidence],
+        )
+    if (node, epoch) in q.open_zombies:
+        return
+    grace = cs.config.grace_ms
+    newer = [
+        c
+        for e, by_node in q.claims.items()
+        if e > epoch
+        for c in by_node.values()
+        if c.node != node and c.ts_ms <= env.ts_ms - grace
+    ]
+    reason = None
+    if newer:
+        known = min(newer, key=lambda c: (c.ts_ms, c.epoch))
+        reason = f"node {known.node} has led epoch {known.epoch} since {known.ts_ms}"
+        evidence = [known.evidence]
+    else:
+        reason, evidence = _fetch_timeout(cs, env, node, epoch)
+    if reason:
+        chain = Evidence.of("violation", env, f"node {node} still acts as leader of epoch {epoch}")
+        q.open_zombies[(node, epoch)] = chain
+        cs.emit(
+            QuorumZombieLeader,
+            env,
+            message=f"node {node} still acts as leader of epoch {epoch}: {reason}",
+            node=node,
+            identity=(epoch,),
+            evidence=evidence,
+        )
+
+
+def _fetch_timeout(
+    cs: ClusterState, env: Envelope, node: int, epoch: int
+) -> tuple[str | None, list[Evidence]]:
+    q = cs.quorum
+    if not q.voters or (node, epoch) not in q.fetches:
+        return None, []  # without observed fetches the timeout cannot be judged
+    timeout = cs.config.quorum_fetch_timeout_ms * 3 // 2
+    began = q.claims[epoch][node]
+    if env.ts_ms - began.ts_ms < timeout:
+        return None, []
+    # Only voters make a majority: brokers (observers) fetch from a leader the
+    # other voters have already abandoned.
+    recent = (q.fetched_between(node, epoch, env.ts_ms - timeout, env.ts_ms) & set(q.voters)) - {node}
+    needed = len(q.voters) // 2 + 1 - (1 if node in q.voters else 0)
+    if len(recent) >= needed:
+        return None, []
+    return (
+        f"only {sorted(recent)} of voters {list(q.voters)} fetched in the last {timeout} ms",
+        [began.evidence],
+    )
+
+
+def _judge_step_down(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None:
+    """``node`` no longer leads anything before ``epoch`` (nor ``epoch`` itself
+    when it names another leader)."""
+    for key in sorted(k for k in cs.quorum.open_zombies if k[0] == node and k[1] <= epoch):
+        fired = cs.quorum.open_zombies.pop(key)
+        cs.emit(
+            QuorumZombieLeader,
+            env,
+            message=f"node {node} stepped down as leader of epoch {key[1]}",
+            node=node,
+            identity=(key[1],),
+            evidence=[fired],
+            status="resolved",
+        )
+
+
+def _judge_vote(cs: ClusterState, env: Envelope, voter: int, candidate: int, epoch: int) -> None:
+    votes = cs.quorum.votes.get((voter, epoch), {})
+    first = min(votes.values(), key=lambda c: (c.ts_ms, c.node))
+    if first.node != candidate:
+        cs.emit(
+            QuorumDoubleVote,
+            env,
+            message=f"voter {voter} granted votes to {first.node} and {candidate} in epoch {epoch}",
+            node=voter,
+            identity=(epoch, candidate),
+            evidence=[first.evidence],
+        )

@@ -1,0 +1,197 @@
+"""KIP-1272 (proposal) and KIP-405: fencing of remote (tiered) log segments."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from detectors.alerts import Evidence
+from detectors.envelope import Envelope, Unverified
+from detectors.remote import (
+    COPY_FINISHED,
+    COPY_STARTED,
+    DELETE_FINISHED,
+    DELETE_STARTED,
+    STATE_NAMES,
+    PartitionSegments,
+    Segment,
+    parse_event,
+)
+from detectors.rules.base import Rule, register
+
+if TYPE_CHECKING:
+    from detectors.cluster import ClusterState
+
+Judgment = Callable[[], None]
+
+# state -> the states it may move to; a repeat of the same state is always allowed.
+ALLOWED = {
+    None: {COPY_STARTED},
+    COPY_STARTED: {COPY_FINISHED, DELETE_STARTED},
+    COPY_FINISHED: {DELETE_STARTED},
+    DELETE_STARTED: {DELETE_FINISHED},
+    DELETE_FINISHED: set(),
+}
+
+
+@register
+class RemoteSegmentZombieUploadAccepted(Rule):
+    """KIP-1272. A segment whose cleaner-offset map claims that leader epoch E
+    reached offset O reached COPY_SEGMENT_FINISHED although an accepted segment
+    of a later epoch's leader established that E ended before O — regardless of
+    which arrived first. The zombie's compaction result would be served. Not a
+    violation: the same claim while E is still the newest epoch (the cleaner
+    progressing); a zombie upload that never finishes (rejected by validation)."""
+
+    id = "REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED"
+    severity = "critical"
+    proposals = ("KIP-1272",)
+
+
+@register
+class RemoteSegmentZombieDelete(Rule):
+    """KIP-1272. DELETE_SEGMENT_FINISHED without DELETE_SEGMENT_STARTED first, or
+    a deletion requested by a broker that was not the partition's leader at any
+    moment of the grace window, of a segment still valid in the leader-epoch
+    lineage (accepted with COPY_SEGMENT_FINISHED and not invalidated as a zombie
+    upload). The current leader still reads it. Not a violation: the leader
+    deleting segments (retention); anyone cleaning up an upload that never
+    finished or a zombie upload; a deletion that stays at DELETE_SEGMENT_STARTED
+    (rejected)."""
+
+    id = "REMOTE_SEGMENT_ZOMBIE_DELETE"
+    severity = "critical"
+    proposals = ("KIP-1272",)
+
+
+@register
+class RemoteSegmentInvalidTransition(Rule):
+    """KIP-405 tiered storage. A segment state moved outside
+    null -> COPY_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED -> DELETE_SEGMENT_STARTED
+    -> DELETE_SEGMENT_FINISHED. Not a violation: COPY_SEGMENT_STARTED ->
+    DELETE_SEGMENT_STARTED (a failed upload cleaned up) and repeats of a state."""
+
+    id = "REMOTE_SEGMENT_INVALID_TRANSITION"
+    severity = "warning"
+    proposals = ("KIP-405",)
+
+
+def ingest(cs: ClusterState, env: Envelope) -> list[Judgment]:
+    event = parse_event(env.body)
+    segment = cs.remote.segments.get(event.segment_id)
+    if segment is None:
+        if event.cleaner is None:
+            raise Unverified("update for a remote segment not seen")
+        segment = Segment(event.segment_id, event.key, event.broker_id, event.cleaner)
+        cs.remote.segments[event.segment_id] = segment
+    old, new = segment.state, event.state
+    judgments: list[Judgment] = []
+    name = f"segment {segment.segment_id} of {segment.key[0]}-{segment.key[1]}"
+    if new == DELETE_FINISHED and old not in (DELETE_STARTED, DELETE_FINISHED):
+        cs.emit(
+            RemoteSegmentZombieDelete,
+            env,
+            message=f"{name} reached DELETE_SEGMENT_FINISHED without DELETE_SEGMENT_STARTED",
+            node=event.broker_id,
+            identity=(segment.segment_id,),
+            partition_key=segment.key,
+        )
+    elif new != old and new not in ALLOWED[old]:
+        cs.emit(
+            RemoteSegmentInvalidTransition,
+            env,
+            message=f"{name} moved from {STATE_NAMES[old] if old is not None else 'nothing'} "
+            f"to {STATE_NAMES[new]}",
+            node=event.broker_id,
+            identity=(segment.segment_id, old, new),
+            partition_key=segment.key,
+        )
+    segment.state = new
+    if new == DELETE_STARTED and old != DELETE_STARTED:
+        segment.delete_request = (event.broker_id, env)
+    elif new == COPY_FINISHED and old != COPY_FINISHED:
+        segment.finished = env
+        _judge_upload(cs, segment)
+    elif new == DELETE_FINISHED and old != DELETE_FINISHED:
+        if old == DELETE_STARTED and segment.delete_request:
+            judgments.append(partial(_judge_delete, cs, env, segment))
+        # A deleted segment is gone from remote storage: stop tracking it.
+        del cs.remote.segments[segment.segment_id]
+        part = cs.remote.partitions.get(segment.key)
+        if part is not None:
+            part.finished.discard(segment.segment_id)
+    return judgments
+
+
+def _judge_upload(cs: ClusterState, segment: Segment) -> None:
+    """Check the new segment against the ends already established, then let its
+    own map establish ends and re-check the segments accepted before it."""
+    part = cs.remote.partitions.setdefault(segment.key, PartitionSegments())
+    assert segment.finished is not None
+    _check_claims(cs, part, segment)
+    newest = max(segment.cleaner, default=None)
+    lowered = False
+    for epoch, offset in segment.cleaner.items():
+        if newest is not None and epoch < newest:
+            known = part.established_end.get(epoch)
+            if known is None or offset < known[0]:
+                lowered = True
+                part.established_end[epoch] = (
+                    offset,
+                    Evidence.of(
+                        "view",
+                        segment.finished,
+                        f"segment {segment.segment_id} ended epoch {epoch} at {offset}",
+                    ),
+                )
+    part.finished.add(segment.segment_id)
+    if not lowered:
+        return  # no end moved: the segments accepted earlier were already checked against these
+    for other_id in sorted(part.finished):
+        other = cs.remote.segments.get(other_id)
+        if other is not None and other is not segment:
+            _check_claims(cs, part, other)
+
+
+def _check_claims(cs: ClusterState, part: PartitionSegments, segment: Segment) -> None:
+    if segment.zombie or segment.finished is None:
+        return
+    for epoch, offset in sorted(segment.cleaner.items()):
+        known = part.established_end.get(epoch)
+        if known is not None and offset > known[0]:
+            segment.zombie = True
+            cs.emit(
+                RemoteSegmentZombieUploadAccepted,
+                segment.finished,
+                message=f"segment {segment.segment_id} from broker {segment.broker_id} claims epoch "
+                f"{epoch} reached offset {offset}, but a later epoch established it ended at {known[0]}",
+                node=segment.broker_id,
+                identity=(segment.segment_id,),
+                evidence=[known[1]],
+                partition_key=segment.key,
+            )
+            return
+
+
+def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:
+    assert segment.delete_request is not None
+    broker, request = segment.delete_request
+    if segment.zombie or segment.finished is None:
+        return  # removing a rejected or invalid upload is cleanup, whoever does it
+    found = cs.partition_window(None, segment.key[0], segment.key[1], request.ts_ms)
+    if found is None:
+        return
+    key, states = found
+    leaders = {s.leader for s in states}
+    if broker not in leaders:
+        cs.emit(
+            RemoteSegmentZombieDelete,
+            env,
+            message=f"broker {broker}, not the leader ({sorted(leaders)}), deleted segment "
+            f"{segment.segment_id} of {key[0]}-{key[1]} that is still valid",
+            node=broker,
+            identity=(segment.segment_id,),
+            evidence=[states[-1].source, Evidence.of("view", request, f"broker {broker} requested deletion")],
+            partition_key=key,
+        )

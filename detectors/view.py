@@ -1,0 +1,345 @@
+"""The authoritative cluster view, replayed from KRaft metadata records exactly
+as Kafka computes it (SPEC 1.3): brokers, topics and partitions, each kept as a
+short event-time history so rules can judge any moment of a grace window."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any
+
+from detectors.alerts import Evidence
+from detectors.envelope import BadRecord, Envelope, Unverified
+from detectors.fields import INT64, get_bool, get_int, get_list, get_str, int_list
+from detectors.history import History
+
+NO_LEADER = -1
+NO_LEADER_CHANGE = -2
+# MetadataVersion 3.6-IV0 (feature level 12) stopped bumping the leader epoch
+# when the controller shrinks the ISR (KAFKA-15021).
+MV_3_6_IV0 = 12
+
+PartitionKey = tuple[str, int]  # (topic id, or "name:<topic>" where no id exists; index)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerState:
+    epoch: int
+    incarnation: str | None
+    fenced: bool
+    shutting_down: bool
+    registered: bool
+    source: Evidence
+
+    def ineligibility(self) -> str | None:
+        """Why KIP-841 forbids this broker in the ISR or as leader, or None."""
+        if not self.registered:
+            return "unregistered"
+        if self.fenced:
+            return "fenced"
+        if self.shutting_down:
+            return "in controlled shutdown"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    elr: tuple[int, ...]
+    source: Evidence
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """What one PARTITION_RECORD or PARTITION_CHANGE_RECORD did."""
+
+    key: PartitionKey
+    before: PartitionState | None
+    after: PartitionState
+    env: Envelope
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    partitions: set[int]
+    deleted_ms: int | None = None
+
+
+class ClusterView:
+    """Everything one cluster's metadata log says, with short histories."""
+
+    def __init__(self, retention_ms: int):
+        self.retention_ms = retention_ms
+        self.brokers: dict[int, History[BrokerState]] = {}
+        self.topics: dict[str, Topic] = {}
+        # name -> which topic id it named over time (None: no topic); names are reused
+        self.topic_ids_by_name: dict[str, History[str | None]] = {}
+        self.partitions: dict[PartitionKey, History[PartitionState]] = {}
+        self.metadata_version: int | None = None
+        self.last_metadata_offset: int | None = None
+        self._deletions: deque[tuple[int, str]] = deque()
+
+    # ---- lookups used by the rules -------------------------------------------------
+
+    def broker_at(self, broker_id: int, ts_ms: int) -> BrokerState | None:
+        history = self.brokers.get(broker_id)
+        return history.at(ts_ms) if history else None
+
+    def broker_window(self, broker_id: int, lo_ms: int, hi_ms: int) -> list[BrokerState]:
+        history = self.brokers.get(broker_id)
+        return history.window(lo_ms, hi_ms) if history else []
+
+    def resolve_topic(self, name: str | None, topic_id: str | None, ts_ms: int | None = None) -> str | None:
+        """The key under which a topic's partitions are kept, or None if unknown.
+        A name resolves to the topic it named at ``ts_ms`` (default: now), since
+        a deleted topic's name can be reused."""
+        if topic_id and topic_id != "AAAAAAAAAAAAAAAAAAAAAA":
+            return topic_id if topic_id in self.topics else None
+        if name is None:
+            return None
+        named = self.topic_ids_by_name.get(name)
+        if named is not None:
+            return named.latest if ts_ms is None else named.at(ts_ms)
+        legacy = f"name:{name}"
+        return legacy if legacy in self.topics else None
+
+    def topic_name(self, key: str | None) -> str | None:
+        topic = self.topics.get(key) if key else None
+        return topic.name if topic else None
+
+    def partition(self, key: PartitionKey) -> History[PartitionState] | None:
+        return self.partitions.get(key)
+
+    # ---- applying metadata ----------------------------------------------------------
+
+    def apply(self, env: Envelope) -> PartitionChange | None:
+        """Apply one metadata record. Returns the partition change it made, if any.
+
+        Raises BadRecord for records that are not well-formed, and Unverified for
+        changes to brokers, topics or partitions never seen (their state cannot
+        be derived), so that gap is counted instead of guessed."""
+        body = env.body
+        record_type = get_str(body, "type", "body")
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise BadRecord("body.data must be an object")
+        handler = _HANDLERS.get(record_type or "")
+        if handler is None:
+            # Kafka has dozens of record types (configs, ACLs, ...) that carry no fencing state.
+            return None
+        change: PartitionChange | None = handler(self, env, data)
+        return change
+
+    def _set_broker(self, broker_id: int, ts_ms: int, state: BrokerState) -> None:
+        history = self.brokers.get(broker_id)
+        if history is None:
+            self.brokers[broker_id] = History(ts_ms, state)
+        else:
+            history.prune(ts_ms - self.retention_ms)
+            history.append(ts_ms, state)
+
+    def _register_broker(self, env: Envelope, data: dict[str, Any]) -> None:
+        broker_id = get_int(data, "brokerId", "data")
+        state = BrokerState(
+            epoch=get_int(data, "brokerEpoch", "data", bounds=INT64),
+            incarnation=get_str(data, "incarnationId", "data", default=None),
+            fenced=get_bool(data, "fenced", "data", default=True),
+            shutting_down=get_bool(data, "inControlledShutdown", "data", default=False),
+            registered=True,
+            source=Evidence.of("view", env, f"broker {broker_id} registered"),
+        )
+        self._set_broker(broker_id, env.ts_ms, state)
+
+    def _change_broker(self, env: Envelope, data: dict[str, Any]) -> None:
+        broker_id = get_int(data, "brokerId", "data")
+        epoch = get_int(data, "brokerEpoch", "data", bounds=INT64)
+        fenced = get_int(data, "fenced", "data", bounds=(-1, 1), default=0)
+        shutdown = get_int(data, "inControlledShutdown", "data", bounds=(0, 1), default=0)
+        self._update_broker(env, broker_id, epoch, fenced, shutdown == 1)
+
+    def _fence_broker(self, env: Envelope, data: dict[str, Any], fenced: int) -> None:
+        broker_id = get_int(data, "id", "data")
+        epoch = get_int(data, "epoch", "data", bounds=INT64)
+        self._update_broker(env, broker_id, epoch, fenced, False)
+
+    def _update_broker(self, env: Envelope, broker_id: int, epoch: int, fenced: int, shutdown: bool) -> None:
+        history = self.brokers.get(broker_id)
+        if history is None:
+            raise Unverified("broker change before its registration")
+        old = history.latest
+        summary = {1: "fenced", -1: "unfenced", 0: "changed"}[fenced]
+        state = replace(
+            old,
+            epoch=epoch,
+            fenced=old.fenced if fenced == 0 else fenced == 1,
+            shutting_down=old.shutting_down or shutdown,
+            source=Evidence.of(
+                "view",
+                env,
+                f"broker {broker_id} {summary}" + (", in controlled shutdown" if shutdown else ""),
+            ),
+        )
+        self._set_broker(broker_id, env.ts_ms, state)
+
+    def _unregister_broker(self, env: Envelope, data: dict[str, Any]) -> None:
+        broker_id = get_int(data, "brokerId", "data")
+        history = self.brokers.get(broker_id)
+        epoch = get_int(data, "brokerEpoch", "data", bounds=INT64, default=-1)
+        base = history.latest if history else None
+        state = BrokerState(
+            epoch=epoch if epoch >= 0 or base is None else base.epoch,
+            incarnation=base.incarnation if base else None,
+            fenced=True,
+            shutting_down=False,
+            registered=False,
+            source=Evidence.of("view", env, f"broker {broker_id} unregistered"),
+        )
+        self._set_broker(broker_id, env.ts_ms, state)
+
+    def _topic(self, env: Envelope, data: dict[str, Any]) -> None:
+        name = get_str(data, "name", "data")
+        topic_id = get_str(data, "topicId", "data")
+        assert name is not None and topic_id is not None
+        self.topics[topic_id] = Topic(name, set())
+        self._name(name, env.ts_ms, topic_id)
+
+    def _remove_topic(self, env: Envelope, data: dict[str, Any]) -> None:
+        topic_id = get_str(data, "topicId", "data")
+        assert topic_id is not None
+        topic = self.topics.get(topic_id)
+        if topic is None:
+            raise Unverified("topic removal for a topic not seen")
+        topic.deleted_ms = env.ts_ms
+        named = self.topic_ids_by_name.get(topic.name)
+        if named is not None and named.latest == topic_id:
+            self._name(topic.name, env.ts_ms, None)
+        self._deletions.append((env.ts_ms, topic_id))
+
+    def _name(self, name: str, ts_ms: int, topic_id: str | None) -> None:
+        named = self.topic_ids_by_name.get(name)
+        if named is None:
+            self.topic_ids_by_name[name] = History(ts_ms, topic_id)
+        else:
+            named.prune(ts_ms - self.retention_ms)
+            named.append(ts_ms, topic_id)
+
+    def _feature_level(self, env: Envelope, data: dict[str, Any]) -> None:
+        if get_str(data, "name", "data") == "metadata.version":
+            self.metadata_version = get_int(data, "featureLevel", "data", bounds=(0, 2**15 - 1))
+
+    def _partition_record(self, env: Envelope, data: dict[str, Any]) -> PartitionChange:
+        key = self._partition_key(data)
+        history = self.partitions.get(key)
+        after = PartitionState(
+            leader=get_int(data, "leader", "data"),
+            leader_epoch=get_int(data, "leaderEpoch", "data"),
+            partition_epoch=get_int(data, "partitionEpoch", "data"),
+            isr=int_list(get_list(data, "isr", "data"), "data.isr"),
+            replicas=int_list(get_list(data, "replicas", "data"), "data.replicas"),
+            elr=int_list(
+                get_list(data, "eligibleLeaderReplicas", "data", default=[]),
+                "data.eligibleLeaderReplicas",
+            ),
+            source=Evidence.of("view", env, _describe("partition created", data)),
+        )
+        before = history.latest if history else None
+        self._set_partition(key, env.ts_ms, after)
+        return PartitionChange(key, before, after, env)
+
+    def _partition_change(self, env: Envelope, data: dict[str, Any]) -> PartitionChange:
+        key = self._partition_key(data)
+        history = self.partitions.get(key)
+        if history is None:
+            # Its epochs cannot be derived without the PARTITION_RECORD: start dumps at a snapshot.
+            raise Unverified("partition change before its partition record")
+        before = history.latest
+        leader = get_int(data, "leader", "data", default=NO_LEADER_CHANGE)
+        isr = data.get("isr")
+        replicas = data.get("replicas")
+        new_isr = int_list(isr, "data.isr") if isinstance(isr, list) else before.isr
+        new_replicas = int_list(replicas, "data.replicas") if isinstance(replicas, list) else before.replicas
+        elr = data.get("eligibleLeaderReplicas")
+        bump = leader != NO_LEADER_CHANGE
+        if not set(new_isr) >= set(before.isr) and (
+            self.metadata_version is not None and self.metadata_version < MV_3_6_IV0
+        ):
+            bump = True  # pre-3.6 controllers bump the leader epoch on every ISR shrink
+        if not set(new_replicas) >= set(before.replicas):
+            bump = True  # a reassignment that removes replicas fences them with a new epoch
+        after = PartitionState(
+            leader=before.leader if leader == NO_LEADER_CHANGE else leader,
+            leader_epoch=before.leader_epoch + 1 if bump else before.leader_epoch,
+            partition_epoch=before.partition_epoch + 1,
+            isr=new_isr,
+            replicas=new_replicas,
+            elr=int_list(elr, "data.eligibleLeaderReplicas") if isinstance(elr, list) else before.elr,
+            source=Evidence.of("view", env, _describe("partition changed", data)),
+        )
+        self._set_partition(key, env.ts_ms, after)
+        return PartitionChange(key, before, after, env)
+
+    def _partition_key(self, data: dict[str, Any]) -> PartitionKey:
+        topic_id = get_str(data, "topicId", "data")
+        index = get_int(data, "partitionId", "data", bounds=(0, 2**31 - 1))
+        assert topic_id is not None
+        topic = self.topics.get(topic_id)
+        if topic is None:
+            raise Unverified("partition record before its topic record")
+        topic.partitions.add(index)
+        return (topic_id, index)
+
+    def set_partition_from_request(
+        self, key: PartitionKey, name: str, ts_ms: int, state: PartitionState
+    ) -> None:
+        """ZooKeeper mode has no metadata log: an accepted LeaderAndIsr is the
+        epoch source. Only newer epochs move the view (requests can be reordered)."""
+        topic = self.topics.setdefault(key[0], Topic(name, set()))
+        topic.partitions.add(key[1])
+        history = self.partitions.get(key)
+        if history is None or state.leader_epoch > history.latest.leader_epoch:
+            self._set_partition(key, ts_ms, state)
+
+    def _set_partition(self, key: PartitionKey, ts_ms: int, state: PartitionState) -> None:
+        history = self.partitions.get(key)
+        if history is None:
+            self.partitions[key] = History(ts_ms, state)
+        else:
+            history.prune(ts_ms - self.retention_ms)
+            history.append(ts_ms, state)
+
+    def expire(self, watermark_ms: int) -> int:
+        """Drop deleted topics' state once no judgment can need it. Returns how many
+        partitions were dropped."""
+        dropped = 0
+        while self._deletions and self._deletions[0][0] < watermark_ms - self.retention_ms:
+            _, topic_id = self._deletions.popleft()
+            topic = self.topics.pop(topic_id, None)
+            if topic is None:
+                continue
+            for index in topic.partitions:
+                dropped += self.partitions.pop((topic_id, index), None) is not None
+        return dropped
+
+
+def _describe(what: str, data: dict[str, Any]) -> str:
+    shown = {k: data[k] for k in ("leader", "leaderEpoch", "partitionEpoch", "isr", "replicas") if k in data}
+    return f"{what} {data.get('topicId')}-{data.get('partitionId')} {shown}"
+
+
+_HANDLERS = {
+    "REGISTER_BROKER_RECORD": ClusterView._register_broker,
+    "BROKER_REGISTRATION_CHANGE_RECORD": ClusterView._change_broker,
+    "FENCE_BROKER_RECORD": lambda self, env, data: self._fence_broker(env, data, 1),
+    "UNFENCE_BROKER_RECORD": lambda self, env, data: self._fence_broker(env, data, -1),
+    "UNREGISTER_BROKER_RECORD": ClusterView._unregister_broker,
+    "TOPIC_RECORD": ClusterView._topic,
+    "REMOVE_TOPIC_RECORD": ClusterView._remove_topic,
+    "FEATURE_LEVEL_RECORD": ClusterView._feature_level,
+    "PARTITION_RECORD": ClusterView._partition_record,
+    "PARTITION_CHANGE_RECORD": ClusterView._partition_change,
+}

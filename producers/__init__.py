@@ -1,0 +1,2 @@
+"""Event producers: the KRaft cluster simulator, and shippers that publish
+native Kafka logs as envelopes."""

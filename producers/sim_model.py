@@ -1,0 +1,180 @@
+"""The simulated KRaft cluster's state and the controller that changes it.
+
+Every change is written as the metadata record Kafka's controller would write
+and applied to this model with Kafka's epoch arithmetic, kept independently of
+the detector so that a disagreement between the two shows up as a test failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from producers import shapes
+
+MV_3_6_IV0 = 12
+CONTROLLER_IDS = (3000, 3001, 3002)
+
+
+@dataclass
+class Broker:
+    epoch: int
+    fenced: bool = True
+    shutting_down: bool = False
+    registered: bool = True
+
+    @property
+    def eligible(self) -> bool:
+        return self.registered and not self.fenced and not self.shutting_down
+
+
+@dataclass
+class Partition:
+    topic: str
+    topic_id: str
+    index: int
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    epoch_changed_ms: int = 0  # true time of the last leader-epoch change
+    leader_changed_ms: int = 0
+    previous_leader: int = -1
+    # KIP-1272 cleaner offsets: leader epoch -> how far that epoch's cleaner got (frozen once it ends)
+    cleaner: dict[int, int] = field(default_factory=dict)
+    segments: list[str] = field(default_factory=list)  # finished, not deleted, oldest first
+    zombie_segments: set[str] = field(default_factory=set)  # injected invalid uploads
+    next_offset: int = 0
+    # After an injected fault the partition keeps its epochs until the fault's grace
+    # window has passed, so the fault's verdict cannot be changed by later traffic.
+    frozen_until_ms: int = 0
+
+
+@dataclass
+class Raft:
+    voters: tuple[int, ...] = CONTROLLER_IDS
+    leader: int = CONTROLLER_IDS[0]
+    epoch: int = 1
+    elected_ms: int = 0
+    previous_leader: int = -1
+    frozen_until_ms: int = 0  # no election until then (an injected quorum fault is playing out)
+
+
+class ClusterModel:
+    """State plus the emitter: ``emit`` records an envelope at true time
+    ``true_ms``; request and quorum events get their node's clock skew."""
+
+    def __init__(self, cluster: str, rng: random.Random, *, skew_ms: int, metadata_version: int):
+        self.cluster = cluster
+        self.rng = rng
+        self.metadata_version = metadata_version
+        self.brokers: dict[int, Broker] = {}
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.topics: dict[str, str] = {}  # name -> topic id
+        self.raft = Raft()
+        self.accepted_controller_epoch: dict[int, int] = {}
+        self.clock_skew: dict[int, int] = {}
+        self.skew_ms = skew_ms
+        self.metadata_offset = 0
+        self.correlation = 0
+        self.segment_seq = 0
+        self.topics_created = 0
+        # (true time, envelope): the simulator releases them in true-time order
+        self.out: list[tuple[int, dict[str, Any]]] = []
+
+    # ---- emitting ---------------------------------------------------------------------------
+
+    def node_ts(self, node: int, true_ms: int) -> int:
+        """What ``node``'s clock says at ``true_ms`` (each node has a fixed skew)."""
+        skew = self.clock_skew.get(node)
+        if skew is None:
+            skew = self.clock_skew[node] = self.rng.randint(-self.skew_ms, self.skew_ms)
+        return true_ms + skew
+
+    def emit(self, kind: str, true_ms: int, body: dict[str, Any], node: int | None = None) -> int:
+        """Record one envelope; returns its ``ts_ms``, stamped by the clock of
+        the node that wrote it.
+        Metadata offsets follow emission order, so a composite change must be
+        emitted in its true-time order."""
+        offset = None
+        if kind == "metadata":
+            # CreateTime is the active controller's clock, the same clock as its request log.
+            self.metadata_offset += 1
+            offset, ts_ms = self.metadata_offset, self.node_ts(self.raft.leader, true_ms)
+        else:
+            assert node is not None
+            ts_ms = self.node_ts(node, true_ms)
+        self.out.append((true_ms, shapes.envelope(self.cluster, kind, ts_ms, body, node=node, offset=offset)))
+        return ts_ms
+
+    def next_correlation(self) -> int:
+        self.correlation += 1
+        return self.correlation
+
+    # ---- the controller's decisions, as metadata records --------------------------------------
+
+    def register(self, broker_id: int, true_ms: int) -> None:
+        old = self.brokers.get(broker_id)
+        epoch = (old.epoch if old else 0) + 100 + self.rng.randint(1, 50)
+        self.brokers[broker_id] = Broker(epoch)
+        self.emit("metadata", true_ms, shapes.register_broker(broker_id, epoch))
+
+    def set_fenced(self, broker_id: int, fenced: bool, true_ms: int) -> None:
+        broker = self.brokers[broker_id]
+        broker.fenced = fenced
+        self.emit("metadata", true_ms, shapes.broker_change(broker_id, broker.epoch, fenced=1 if fenced else -1))
+
+    def begin_shutdown(self, broker_id: int, true_ms: int) -> None:
+        broker = self.brokers[broker_id]
+        broker.shutting_down = True
+        self.emit("metadata", true_ms, shapes.broker_change(broker_id, broker.epoch, shutdown=True))
+
+    def create_topic(self, name: str, partitions: int, replication: int, true_ms: int) -> None:
+        topic_id = base64.urlsafe_b64encode(self.rng.randbytes(16)).decode().rstrip("=")
+        self.topics[name] = topic_id
+        self.topics_created += 1
+        self.emit("metadata", true_ms, shapes.topic(name, topic_id))
+        active = sorted(b for b, s in self.brokers.items() if s.eligible)
+        for index in range(partitions):
+            replicas = self.rng.sample(sorted(self.brokers), replication)
+            isr = [r for r in replicas if r in active]  # KIP-841: only active replicas join at creation
+            leader = isr[0] if isr else -1
+            p = Partition(name, topic_id, index, replicas, isr, leader, epoch_changed_ms=true_ms,
+                          leader_changed_ms=true_ms)
+            self.partitions[(name, index)] = p
+            self.emit("metadata", true_ms, shapes.partition(topic_id, index, replicas, isr, leader))
+
+    def change_partition(self, p: Partition, true_ms: int, *, leader: int | None = None,
+                         isr: list[int] | None = None, replicas: list[int] | None = None) -> None:
+        """Write a PARTITION_CHANGE_RECORD and apply Kafka's epoch arithmetic to the model."""
+        bump = leader is not None
+        if isr is not None and not set(isr) >= set(p.isr) and self.metadata_version < MV_3_6_IV0:
+            bump = True
+        if replicas is not None and not set(replicas) >= set(p.replicas):
+            bump = True
+        ts_ms = self.emit("metadata", true_ms, shapes.partition_change(p.topic_id, p.index, leader=leader, isr=isr,
+                                                                        replicas=replicas))
+        p.partition_epoch += 1
+        if leader is not None and leader != p.leader:
+            p.previous_leader = p.leader
+            p.leader = leader
+            p.leader_changed_ms = true_ms
+        if bump:
+            p.leader_epoch += 1
+            p.epoch_changed_ms = true_ms
+        if isr is not None:
+            p.isr = list(isr)
+        if replicas is not None:
+            p.replicas = list(replicas)
+        return ts_ms
+
+    def stable(self, p: Partition, true_ms: int, margin_ms: int) -> bool:
+        """No leader-epoch change within ``margin_ms`` before ``true_ms``."""
+        return true_ms - p.epoch_changed_ms > margin_ms
+
+    def movable(self, p: Partition, true_ms: int) -> bool:
+        """May legitimate traffic change this partition now?"""
+        return true_ms >= p.frozen_until_ms

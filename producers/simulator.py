@@ -1,0 +1,138 @@
+"""``fencewatch simulate``: a deterministic (seeded) KRaft cluster that emits
+envelope events in Kafka's native shapes, injects faults at chosen rates, and
+writes the ground truth of what it injected."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from producers import shapes
+from producers.sim_faults import Faults
+from producers.sim_model import ClusterModel
+from producers.sim_traffic import Traffic
+
+# A weight per legitimate action; roughly how often it happens per simulated step.
+ACTION_WEIGHTS = {
+    "produce": 45.0,
+    "consumer_fetch": 25.0,
+    "follower_fetch": 8.0,
+    "quorum_fetch": 8.0,
+    "list_offsets": 3.0,
+    "upload": 2.0,
+    "isr_expand": 1.5,
+    "isr_shrink": 1.2,
+    "retention": 0.8,
+    "elect_leader": 0.6,
+    "produce_unknown_topic": 0.2,
+    "stale_alter_partition_rejected": 0.2,
+    "failed_upload": 0.2,
+    "unfence": 0.12,
+    "fence": 0.08,
+    "reassign": 0.08,
+    "controlled_restart": 0.04,
+    "create_topic": 0.02,
+    "delete_topic": 0.015,
+    "raft_election": 0.002,
+}
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What to simulate. Times are milliseconds of simulated time."""
+
+    seed: int = 1
+    cluster: str = "sim-1"
+    brokers: int = 6
+    topics: int = 6
+    partitions_per_topic: int = 8
+    fault_rate: float = 0.0005  # chance per simulated action that a fault is injected
+    faults: tuple[str, ...] = ()  # rule ids to inject; empty: every rule
+    grace_ms: int = 2000  # the detector's grace window the faults must stay clear of
+    skew_ms: int = 200  # each node's clock is off by up to this much
+    metadata_version: int = 21  # KRaft feature level; below 12 ISR shrinks bump the leader epoch
+    events_per_second: int = 2000  # simulated traffic rate
+    start_ms: int = 1_763_720_000_000
+    warmup_ms: int = 10_000  # no faults before the cluster has settled
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.skew_ms * 4 > self.grace_ms:
+            raise ValueError("skew_ms must be at most a quarter of grace_ms, or legitimate lag looks like a fault")
+        if not 0 <= self.fault_rate <= 1:
+            raise ValueError("fault_rate is a probability between 0 and 1")
+        if self.brokers < 4:
+            raise ValueError("simulate at least 4 brokers (3 stay active while one is fenced)")
+
+
+class Simulator:
+    def __init__(self, config: SimConfig):
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.model = ClusterModel(config.cluster, self.rng, skew_ms=config.skew_ms,
+                                  metadata_version=config.metadata_version)
+        self.traffic = Traffic(self.model, config.grace_ms)
+        self.faults = Faults(self.model, self.traffic, config.grace_ms, config.skew_ms)
+        unknown = set(config.faults) - set(self.faults.injectors)
+        if unknown:
+            raise ValueError(f"no fault injector for {sorted(unknown)}; known: {sorted(self.faults.injectors)}")
+        self.enabled = sorted(config.faults or self.faults.injectors)
+        self.injected: dict[str, int] = {}
+        self._actions = list(ACTION_WEIGHTS)
+        self._weights = list(ACTION_WEIGHTS.values())
+
+    @property
+    def truth(self) -> list[dict[str, Any]]:
+        """The violations injected so far, as alert-matchable records."""
+        return self.faults.truth
+
+    def _setup(self, t: int) -> None:
+        m, cfg = self.model, self.config
+        m.emit("metadata", t, shapes.feature_level(cfg.metadata_version))
+        m.raft.epoch, m.raft.elected_ms = 5, t
+        for voter in m.raft.voters:
+            m.emit("quorum_state", t, shapes.quorum_state(m.raft.leader, 5, m.raft.leader, list(m.raft.voters)),
+                   node=voter)
+        for broker in range(1, cfg.brokers + 1):
+            m.register(broker, t)
+            m.set_fenced(broker, False, t)
+        for n in range(cfg.topics):
+            m.create_topic(f"topic-{n}", cfg.partitions_per_topic, 3, t)
+
+    def events(self, limit: int) -> Iterator[dict[str, Any]]:
+        """About ``limit`` envelopes (every event of a started action is
+        emitted), in true-time order; ``ts_ms`` carries each node's skew."""
+        cfg, m, rng = self.config, self.model, self.rng
+        clock = float(cfg.start_ms)
+        t = cfg.start_ms
+        mean_step_ms = 1000.0 / cfg.events_per_second
+        pending: list[tuple[int, int, dict[str, Any]]] = []
+        seq = 0
+        emitted = 0
+        self._setup(t)
+        while True:
+            for true_ms, env in m.out:
+                heapq.heappush(pending, (true_ms, seq, env))
+                seq += 1
+            m.out.clear()
+            while pending and pending[0][0] <= t:
+                yield heapq.heappop(pending)[2]
+                emitted += 1
+            if emitted + len(pending) >= limit:
+                break
+            clock += rng.expovariate(1.0 / mean_step_ms)
+            t = int(clock)
+            if t - cfg.start_ms > cfg.warmup_ms and rng.random() < cfg.fault_rate:
+                rule = rng.choice(self.enabled)
+                if self.faults.injectors[rule](t):
+                    self.injected[rule] = self.injected.get(rule, 0) + 1
+                continue
+            action = rng.choices(self._actions, self._weights)[0]
+            if action == "raft_election" and t < m.raft.frozen_until_ms:
+                continue
+            getattr(self.traffic, action)(t)
+        while pending:
+            yield heapq.heappop(pending)[2]
