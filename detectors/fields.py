@@ -68,14 +68,28 @@ def get_obj(obj: dict[str, Any], key: str, path: str, *, default: Any = ...) -> 
     return value
 
 
-def objects(items: list[Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+class Item:
+    """The path of a list entry, rendered only when an error message needs it:
+    extraction walks millions of entries and almost never fails."""
+
+    __slots__ = ("index", "parent")
+
+    def __init__(self, parent: object, index: int):
+        self.parent = parent
+        self.index = index
+
+    def __str__(self) -> str:
+        return f"{self.parent}[{self.index}]"
+
+    __format__ = lambda self, spec: str(self)  # noqa: E731 - f-strings render it lazily too
+
+
+def objects(items: list[Any], path: object) -> list[tuple[Any, dict[str, Any]]]:
     """The list's entries with their paths, each required to be a JSON object."""
-    out = []
     for i, item in enumerate(items):
-        if not isinstance(item, dict):
+        if type(item) is not dict:
             raise BadRecord(f"{path}[{i}] must be an object, got {type(item).__name__}")
-        out.append((f"{path}[{i}]", item))
-    return out
+    return [(Item(path, i), item) for i, item in enumerate(items)]
 
 
 def int_list(items: list[Any], path: str) -> tuple[int, ...]:

@@ -29,8 +29,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="envelope JSONL files ('-' for stdin)")
     p.add_argument("--dead-letter", metavar="FILE", help="write unusable records here (default: stderr)")
-    p.add_argument("--truth", metavar="FILE", help="a simulator's ground truth: print injected vs detected per rule "
-                   "and exit 1 if they differ")
+    p.add_argument(
+        "--truth",
+        metavar="FILE",
+        help="a simulator's ground truth: print injected vs detected per rule and exit 1 if they differ",
+    )
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     add_detector_options(p)
     p.set_defaults(run=run)
@@ -44,8 +47,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"fencewatch replay: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
     total = sum(os.fstat(f.fileno()).st_size for _, f in inputs if f is not sys.stdin.buffer)
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="replay", file=sys.stderr,
-               disable=args.no_progress or total < PROGRESS_MIN_BYTES or None)
+    bar = tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        desc="replay",
+        file=sys.stderr,
+        disable=args.no_progress or total < PROGRESS_MIN_BYTES or None,
+    )
     dead_out = open(args.dead_letter, "w") if args.dead_letter else sys.stderr  # noqa: SIM115
     detector = Detector(config)
     out = sys.stdout

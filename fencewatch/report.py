@@ -13,20 +13,31 @@ def _table(title: str, rows: list[tuple[str, ...]], out: TextIO) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     print(title, file=out)
     for row in rows:
-        print("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))), file=out)
+        print(
+            "  "
+            + "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ),
+            file=out,
+        )
 
 
 def print_summary(counters: Counters, dead_letters: int, out: TextIO) -> None:
     _table("events", [(k, str(v)) for k, v in sorted(counters.events.items())], out)
     _table(
         "not judged",
-        [("dead letters", str(dead_letters)), ("duplicates", str(counters.duplicates)),
-         ("late (beyond lateness)", str(counters.late))]
+        [
+            ("dead letters", str(dead_letters)),
+            ("duplicates", str(counters.duplicates)),
+            ("late (beyond lateness)", str(counters.late)),
+        ]
         + [(f"unverified: {k}", str(v)) for k, v in sorted(counters.unverified.items())],
         out,
     )
     alerts = sorted(counters.alerts.items())
-    _table("alerts", [("rule", "count"), *((k, str(v)) for k, v in alerts)] if alerts else [("none", "0")], out)
+    _table(
+        "alerts", [("rule", "count"), *((k, str(v)) for k, v in alerts)] if alerts else [("none", "0")], out
+    )
 
 
 def print_confusion(table: dict[str, dict[str, int]], out: TextIO) -> bool:

@@ -149,7 +149,7 @@ def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Judg
                 cs.quorum.add_claim(leader, epoch, env.ts_ms, evidence)
                 judgments.append(partial(_judge_claim, cs, env, leader, epoch))
             else:
-                judgments.append(partial(_judge_step_down, cs, env, leader, epoch + 1))
+                judgments.append(partial(_judge_step_down, cs, env, leader, epoch))
     elif header.api_key == FETCH:
         judgments.extend(_ingest_quorum_fetch(cs, env, node))
     return judgments

@@ -1,0 +1,158 @@
+"""``fencewatch convert``: native Kafka logs to envelope JSONL (SPEC section 4).
+
+    fencewatch convert request-log --node 1 kafka-request.log > events.jsonl
+    kafka-dump-log.sh --cluster-metadata-decoder --files 0.log | fencewatch convert metadata-dump -
+
+Envelopes go to stdout, one JSON line per record in input order. Dead letters
+(``{"position", "reason", "raw"}``) go to ``--dead-letter FILE`` or stderr, and
+a summary goes to stderr. Exit codes: 0 done (even with dead letters, which are
+reported), 1 an input or the dead-letter file cannot be opened, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import IO, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from detectors.envelope import DeadLetter, Envelope, dumps
+from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
+from detectors.parse_request_log import RequestLogStats, iter_request_log
+
+REQUEST_LOG = "request-log"
+METADATA_DUMP = "metadata-dump"
+_MAX_NODE_ID = 2147483647  # Kafka node ids are int32
+_MAX_CLUSTER_CHARS = 249  # the envelope schema's limit
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``convert`` on the ``fencewatch`` command line."""
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert Kafka's request log or metadata dump to envelope JSONL",
+        description=(
+            "Convert native Kafka logs to fencewatch envelope JSONL on stdout. "
+            "request-log: kafka-request.log (logger kafka.request.logger at DEBUG). "
+            "metadata-dump: output of kafka-dump-log.sh --cluster-metadata-decoder."
+        ),
+        epilog="Exit codes: 0 done (dead letters are reported, not fatal), "
+        "1 a file cannot be opened, 2 usage error.",
+    )
+    parser.add_argument("format", choices=(REQUEST_LOG, METADATA_DUMP), help="input format")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' is stdin")
+    parser.add_argument(
+        "--cluster", default="default", help="cluster name for the envelopes (default: default)"
+    )
+    parser.add_argument(
+        "--node",
+        type=int,
+        help="id of the broker/controller that wrote the log (required for request-log)",
+    )
+    parser.add_argument(
+        "--tz",
+        default=None,
+        help="IANA time zone the broker logs local time in (request-log only; default UTC)",
+    )
+    parser.add_argument(
+        "--dead-letter",
+        metavar="FILE",
+        help="write dead letters as JSON lines to FILE (default: stderr)",
+    )
+    parser.set_defaults(run=run)
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, or None."""
+    if not args.cluster or len(args.cluster) > _MAX_CLUSTER_CHARS:
+        return f"--cluster must be 1 to {_MAX_CLUSTER_CHARS} characters"
+    if args.node is not None and not 0 <= args.node <= _MAX_NODE_ID:
+        return f"--node must be a node id between 0 and {_MAX_NODE_ID}, got {args.node}"
+    if args.format == REQUEST_LOG and args.node is None:
+        return "request-log needs --node N: the id of the broker or controller that wrote the log"
+    if args.tz is not None:
+        if args.format != REQUEST_LOG:
+            return "--tz applies to request-log only (dump timestamps are epoch milliseconds)"
+        try:
+            ZoneInfo(args.tz)
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # "Europe" is a directory
+            return f"--tz {args.tz!r} is not a known IANA time zone (e.g. UTC, Europe/Berlin)"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Convert ``args.files`` in order; return the exit code."""
+    problem = _usage_problem(args)
+    if problem:
+        print(f"fencewatch convert: error: {problem}", file=sys.stderr)
+        return 2
+    with ExitStack() as stack:
+        # Open everything first so a typo in the last name fails before any output.
+        try:
+            inputs = [(name, _open_input(name, stack)) for name in args.files]
+            dead_sink = (
+                stack.enter_context(open(args.dead_letter, "w", encoding="utf-8"))
+                if args.dead_letter
+                else sys.stderr
+            )
+        except OSError as exc:
+            reason = exc.strerror or exc
+            print(f"fencewatch convert: cannot open {exc.filename}: {reason}", file=sys.stderr)
+            return 1
+        stats: RequestLogStats | MetadataDumpStats = (
+            RequestLogStats() if args.format == REQUEST_LOG else MetadataDumpStats()
+        )
+        out = sys.stdout
+        for name, stream in inputs:
+            for item in _parse(args, name, stream, stats):
+                if isinstance(item, Envelope):
+                    out.write(dumps(item.to_dict()) + "\n")
+                else:
+                    dead_sink.write(dumps(item.to_dict()) + "\n")
+        out.flush()
+    print(_summary(args.format, len(inputs), stats), file=sys.stderr)
+    return 0
+
+
+def _open_input(name: str, stack: ExitStack) -> IO[bytes]:
+    # Binary: bytes that are not UTF-8 must become dead letters, not a crash.
+    if name == "-":
+        return sys.stdin.buffer
+    return stack.enter_context(open(name, "rb"))
+
+
+def _parse(
+    args: argparse.Namespace,
+    name: str,
+    stream: IO[bytes],
+    stats: RequestLogStats | MetadataDumpStats,
+) -> Iterator[Envelope | DeadLetter]:
+    source = "stdin" if name == "-" else name
+    if isinstance(stats, RequestLogStats):
+        return iter_request_log(
+            stream,
+            source=source,
+            cluster=args.cluster,
+            node=args.node,
+            tz=args.tz or "UTC",
+            stats=stats,
+        )
+    return iter_metadata_dump(stream, source=source, cluster=args.cluster, node=args.node, stats=stats)
+
+
+def _summary(fmt: str, files: int, stats: RequestLogStats | MetadataDumpStats) -> str:
+    """One human line: what was converted, what was dead-lettered, what was skipped."""
+    head = (
+        f"fencewatch convert {fmt}: {files} file(s), {stats.lines} lines: "
+        f"{stats.records} records, {stats.dead_letters} dead letters"
+    )
+    if isinstance(stats, RequestLogStats):
+        return f"{head}, {stats.other_logger_lines} other-logger lines skipped"
+    by_type = ", ".join(f"{k}={v}" for k, v in sorted(stats.control_records_by_type.items()))
+    control = f" ({by_type})" if by_type else ""
+    return (
+        f"{head}, {stats.control_records} control records skipped{control}, "
+        f"{stats.other_lines} other lines skipped"
+    )

@@ -1,0 +1,237 @@
+"""KIP-595 rules for the KRaft metadata quorum: one leader per epoch, epochs
+that never go back, one vote per voter and epoch, and no zombie leaders.
+
+The quorum is controllers 1, 2 and 3 (``VOTERS``). ``quorum_state`` events are
+what a controller persisted; VOTE and BEGIN/END_QUORUM_EPOCH lines are logged
+by the receiver; metadata FETCH lines by the leader serving them. No partition
+state is involved, so alerts carry no topic or partition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from detectors.config import DetectorConfig
+from producers import shapes as s
+
+VOTERS = [1, 2, 3]
+OBSERVER = 100  # a broker: it fetches the metadata log but is not a voter
+
+
+@pytest.fixture
+def quorum(make_history):
+    return make_history(standard=False)
+
+
+def lead(history: Any, ts_ms: int, node: int, epoch: int) -> None:
+    """``node`` persists itself as leader of ``epoch``."""
+    history.quorum_state(ts_ms, node, s.quorum_state(node, epoch, node, VOTERS))
+
+
+def follow(history: Any, ts_ms: int, node: int, leader: int, epoch: int) -> None:
+    history.quorum_state(ts_ms, node, s.quorum_state(leader, epoch, leader, VOTERS))
+
+
+def serve_fetch(history: Any, ts_ms: int, leader: int, epoch: int, replica: int) -> None:
+    history.request(ts_ms, leader, s.quorum_fetch(leader, epoch, replica))
+
+
+def keys_with_status(outcome: Any) -> list[tuple[Any, ...]]:
+    return [(*key, alert.status) for key, alert in zip(outcome.keys, outcome.alerts, strict=True)]
+
+
+# ---- QUORUM_TWO_LEADERS_IN_EPOCH ------------------------------------------------------------
+
+
+@pytest.mark.violation("QUORUM_TWO_LEADERS_IN_EPOCH")
+def test_two_nodes_persisting_leadership_of_one_epoch_is_flagged(quorum):
+    lead(quorum, 1000, 1, 5)
+    lead(quorum, 1500, 2, 5)
+    outcome = quorum.run()
+    assert outcome.keys == [("QUORUM_TWO_LEADERS_IN_EPOCH", 2, 1500, None, None)]
+    assert outcome.alerts[0].severity == "critical"
+    assert [e.ts_ms for e in outcome.alerts[0].evidence] == [1000, 1500]
+
+
+@pytest.mark.violation("QUORUM_TWO_LEADERS_IN_EPOCH")
+def test_two_nodes_beginning_the_same_epoch_is_flagged(quorum):
+    quorum.request(1000, 3, s.begin_quorum_epoch(1, 5))
+    quorum.request(1200, 3, s.begin_quorum_epoch(2, 5))
+    assert quorum.keys() == [("QUORUM_TWO_LEADERS_IN_EPOCH", 2, 1200, None, None)]
+
+
+@pytest.mark.violation("QUORUM_TWO_LEADERS_IN_EPOCH")
+def test_second_node_serving_metadata_fetches_as_leader_of_the_epoch_is_flagged(quorum):
+    lead(quorum, 1000, 1, 5)
+    serve_fetch(quorum, 1200, 2, 5, 3)
+    assert quorum.keys() == [("QUORUM_TWO_LEADERS_IN_EPOCH", 2, 1200, None, None)]
+
+
+def test_followers_naming_the_leader_is_not_a_violation(quorum):
+    lead(quorum, 1000, 1, 5)
+    follow(quorum, 1100, 2, 1, 5)
+    follow(quorum, 1100, 3, 1, 5)
+    quorum.request(1100, 2, s.begin_quorum_epoch(1, 5))
+    quorum.request(1100, 3, s.begin_quorum_epoch(1, 5))
+    serve_fetch(quorum, 1200, 1, 5, 2)
+    assert quorum.keys() == []
+
+
+def test_new_leader_in_a_newer_epoch_is_not_a_violation(quorum):
+    lead(quorum, 1000, 1, 5)
+    lead(quorum, 3000, 2, 6)
+    follow(quorum, 3100, 1, 2, 6)
+    follow(quorum, 3100, 3, 2, 6)
+    assert quorum.keys() == []
+
+
+# ---- QUORUM_EPOCH_REGRESSION ----------------------------------------------------------------
+
+
+@pytest.mark.violation("QUORUM_EPOCH_REGRESSION")
+def test_node_persisting_an_older_epoch_is_flagged(quorum):
+    follow(quorum, 1000, 3, 1, 5)
+    follow(quorum, 2000, 3, 1, 4)
+    outcome = quorum.run()
+    assert outcome.keys == [("QUORUM_EPOCH_REGRESSION", 3, 2000, None, None)]
+    assert outcome.alerts[0].severity == "critical"
+
+
+def test_same_epoch_persisted_again_is_not_a_violation(quorum):
+    """A voter persists its vote, then the leader it learned, in one epoch."""
+    quorum.quorum_state(1000, 3, s.quorum_state(-1, 5, 1, VOTERS))
+    quorum.quorum_state(1200, 3, s.quorum_state(1, 5, 1, VOTERS))
+    assert quorum.keys() == []
+
+
+def test_other_nodes_being_at_an_older_epoch_is_not_a_regression(quorum):
+    follow(quorum, 1000, 3, 1, 5)
+    follow(quorum, 2000, 2, 1, 4)
+    assert quorum.keys() == []
+
+
+# ---- QUORUM_DOUBLE_VOTE ---------------------------------------------------------------------
+
+
+@pytest.mark.violation("QUORUM_DOUBLE_VOTE")
+def test_voter_granting_two_candidates_in_one_epoch_is_flagged(quorum):
+    quorum.request(1000, 3, s.vote(1, 5, True, voter=3))
+    quorum.request(1200, 3, s.vote(2, 5, True, voter=3))
+    outcome = quorum.run()
+    assert outcome.keys == [("QUORUM_DOUBLE_VOTE", 3, 1200, None, None)]
+    assert outcome.alerts[0].severity == "critical"
+
+
+@pytest.mark.violation("QUORUM_DOUBLE_VOTE")
+def test_voter_persisting_two_votes_in_one_epoch_is_flagged(quorum):
+    quorum.quorum_state(1000, 3, s.quorum_state(-1, 5, 1, VOTERS))
+    quorum.quorum_state(1200, 3, s.quorum_state(-1, 5, 2, VOTERS))
+    assert quorum.keys() == [("QUORUM_DOUBLE_VOTE", 3, 1200, None, None)]
+
+
+def test_pre_votes_to_two_candidates_are_not_a_violation(quorum):
+    """KIP-996 pre-votes do not bind the voter."""
+    quorum.request(1000, 3, s.vote(1, 5, True, pre_vote=True, voter=3))
+    quorum.request(1200, 3, s.vote(2, 5, True, pre_vote=True, voter=3))
+    quorum.request(1300, 3, s.vote(2, 5, True, voter=3))
+    assert quorum.keys() == []
+
+
+def test_votes_in_different_epochs_or_not_granted_are_not_a_violation(quorum):
+    quorum.request(1000, 3, s.vote(1, 5, True, voter=3))
+    quorum.request(1200, 3, s.vote(2, 5, False, voter=3))
+    quorum.request(1300, 3, s.vote(2, 6, True, voter=3))
+    quorum.request(1400, 3, s.vote(1, 5, True, voter=3))  # the same vote repeated
+    assert quorum.keys() == []
+
+
+def test_voter_naming_another_leader_than_it_voted_for_is_not_a_violation(quorum):
+    quorum.quorum_state(1000, 3, s.quorum_state(-1, 5, 1, VOTERS))
+    quorum.quorum_state(1200, 3, s.quorum_state(2, 5, 1, VOTERS))
+    assert quorum.keys() == []
+
+
+# ---- QUORUM_ZOMBIE_LEADER -------------------------------------------------------------------
+
+
+@pytest.mark.violation("QUORUM_ZOMBIE_LEADER")
+def test_old_leader_acting_past_grace_after_a_newer_leader_fires_then_resolves(quorum):
+    lead(quorum, 1000, 1, 5)
+    lead(quorum, 2000, 2, 6)
+    serve_fetch(quorum, 5000, 1, 5, OBSERVER)  # still serving as leader of 5
+    follow(quorum, 7000, 1, 2, 6)  # steps down
+    outcome = quorum.run()
+    assert keys_with_status(outcome) == [
+        ("QUORUM_ZOMBIE_LEADER", 1, 5000, None, None, "firing"),
+        ("QUORUM_ZOMBIE_LEADER", 1, 7000, None, None, "resolved"),
+    ]
+    firing, resolved = outcome.alerts
+    assert firing.alert_id != resolved.alert_id
+    assert [e.ts_ms for e in firing.evidence] == [2000, 5000]
+    assert [(e.role, e.ts_ms) for e in resolved.evidence] == [("violation", 5000), ("violation", 7000)]
+
+
+@pytest.mark.violation("QUORUM_ZOMBIE_LEADER")
+def test_leader_without_voter_fetches_beyond_the_fetch_timeout_fires_then_resolves(quorum):
+    """1.5 x quorum.fetch.timeout.ms (2000 ms by default) = 3000 ms of silence."""
+    lead(quorum, 1000, 1, 5)
+    serve_fetch(quorum, 1100, 1, 5, 2)
+    serve_fetch(quorum, 1100, 1, 5, 3)
+    quorum.request(4000, 2, s.begin_quorum_epoch(1, 5))  # 2900 ms since the last fetch: fine
+    quorum.request(5000, 2, s.begin_quorum_epoch(1, 5))  # 3900 ms: a zombie
+    quorum.request(6000, 2, s.end_quorum_epoch(1, 5))
+    outcome = quorum.run()
+    assert keys_with_status(outcome) == [
+        ("QUORUM_ZOMBIE_LEADER", 1, 5000, None, None, "firing"),
+        ("QUORUM_ZOMBIE_LEADER", 1, 6000, None, None, "resolved"),
+    ]
+    assert "fetched in the last 3000 ms" in outcome.alerts[0].message
+
+
+@pytest.mark.violation("QUORUM_ZOMBIE_LEADER")
+def test_leader_fetched_only_by_observers_beyond_the_fetch_timeout_fires(quorum):
+    """Brokers (observers) keep fetching from a leader cut off from the other
+    voters; only voters count toward the majority (KIP-595 check-quorum)."""
+    lead(quorum, 1000, 1, 5)
+    serve_fetch(quorum, 1100, 1, 5, 2)
+    serve_fetch(quorum, 1100, 1, 5, 3)
+    for ts_ms in (2000, 3000, 4000, 5000):
+        serve_fetch(quorum, ts_ms, 1, 5, OBSERVER)
+    outcome = quorum.run()
+    assert keys_with_status(outcome) == [("QUORUM_ZOMBIE_LEADER", 1, 5000, None, None, "firing")]
+
+
+def test_fetch_timeout_follows_the_configured_quorum_fetch_timeout(make_history):
+    history = make_history(DetectorConfig(quorum_fetch_timeout_ms=4000), standard=False)
+    lead(history, 1000, 1, 5)
+    serve_fetch(history, 1100, 1, 5, 2)
+    history.request(5000, 2, s.begin_quorum_epoch(1, 5))  # 3900 ms < 6000 ms
+    assert history.keys() == []
+
+
+def test_old_leader_acting_within_grace_after_the_election_is_not_a_zombie(quorum):
+    lead(quorum, 1000, 1, 5)
+    serve_fetch(quorum, 1100, 1, 5, 2)
+    lead(quorum, 2000, 2, 6)
+    serve_fetch(quorum, 3500, 1, 5, 3)  # 1500 ms after the election: grace is 2000 ms
+    follow(quorum, 3600, 1, 2, 6)
+    assert quorum.keys() == []
+
+
+def test_leader_whose_followers_fetch_regularly_is_not_a_zombie(quorum):
+    lead(quorum, 1000, 1, 5)
+    for ts_ms in range(1100, 12_000, 1000):
+        serve_fetch(quorum, ts_ms, 1, 5, 2)
+        serve_fetch(quorum, ts_ms, 1, 5, 3)
+        serve_fetch(quorum, ts_ms, 1, 5, OBSERVER)
+    quorum.request(12_000, 2, s.begin_quorum_epoch(1, 5))
+    assert quorum.keys() == []
+
+
+def test_leader_fetched_by_one_of_two_other_voters_has_its_majority(quorum):
+    lead(quorum, 1000, 1, 5)
+    for ts_ms in range(1100, 8000, 1000):
+        serve_fetch(quorum, ts_ms, 1, 5, 2)
+    assert quorum.keys() == []

@@ -1,0 +1,233 @@
+"""KIP-1272 / KIP-405 rules for remote (tiered) log segments: zombie uploads
+of compaction results, zombie deletions, and segment state transitions.
+
+Histories start from the standard cluster: orders-0 led by broker 1 in leader
+epoch 0; ``elect_broker_2`` moves it to broker 2 (epoch 1) at ``ELECTION_MS``.
+The cleaner-offset map travels as ``cleanerOffsets`` (detectors/remote.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from producers import shapes as s
+
+ELECTION_MS = 10_000
+STARTED, FINISHED = "COPY_SEGMENT_STARTED", "COPY_SEGMENT_FINISHED"
+DELETE_STARTED, DELETE_FINISHED = "DELETE_SEGMENT_STARTED", "DELETE_SEGMENT_FINISHED"
+
+
+def elect_broker_2(history: Any) -> None:
+    history.change(ELECTION_MS, leader=2)
+
+
+def upload(history: Any, ts_ms: int, segment: str, broker: int, cleaner: dict[int, int]) -> None:
+    """``broker`` starts uploading ``segment`` with its cleaner-offset map."""
+    body = s.remote_segment(
+        history.topic_id,
+        0,
+        segment,
+        broker_id=broker,
+        start=0,
+        end=max(cleaner.values()),
+        leader_epochs={epoch: 0 for epoch in cleaner},
+        cleaner=cleaner,
+    )
+    history.remote(ts_ms, body)
+
+
+def update(history: Any, ts_ms: int, segment: str, broker: int, state: str) -> None:
+    history.remote(ts_ms, s.remote_update(history.topic_id, 0, segment, broker_id=broker, state=state))
+
+
+def uploaded(history: Any, ts_ms: int, segment: str, broker: int, cleaner: dict[int, int]) -> None:
+    """A finished upload: COPY_SEGMENT_STARTED at ts_ms, FINISHED 100 ms later."""
+    upload(history, ts_ms, segment, broker, cleaner)
+    update(history, ts_ms + 100, segment, broker, FINISHED)
+
+
+# ---- REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED --------------------------------------------------
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED")
+@pytest.mark.parametrize(
+    "new_leader_finishes_ms", [pytest.param(11_300, id="new-first"), pytest.param(11_500, id="zombie-first")]
+)
+def test_zombie_compaction_upload_accepted_is_flagged_in_either_arrival_order(
+    cluster, new_leader_finishes_ms
+):
+    """The proposal's table: Seg-2 {LE-0: 100, LE-1: 155} from the new leader
+    invalidates Seg-1 {LE-0: 123} from the old one, whichever finishes first."""
+    elect_broker_2(cluster)
+    upload(cluster, 9000, "seg-1", 1, {0: 123})
+    upload(cluster, 11_000, "seg-2", 2, {0: 100, 1: 155})
+    finishes = sorted([(11_400, "seg-1", 1), (new_leader_finishes_ms, "seg-2", 2)])
+    for ts_ms, segment, broker in finishes:
+        update(cluster, ts_ms, segment, broker, FINISHED)
+    outcome = cluster.run()
+    assert outcome.keys == [("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED", 1, 11_400, 0, "orders")]
+    alert = outcome.alerts[0]
+    assert alert.severity == "critical"
+    assert [(e.role, e.ts_ms) for e in alert.evidence] == [
+        ("view", new_leader_finishes_ms),
+        ("violation", 11_400),
+    ]
+
+
+def test_zombie_upload_alert_id_does_not_depend_on_arrival_order(make_history):
+    ids = []
+    for new_leader_finishes_ms in (11_300, 11_500):
+        history = make_history()
+        elect_broker_2(history)
+        upload(history, 9000, "seg-1", 1, {0: 123})
+        upload(history, 11_000, "seg-2", 2, {0: 100, 1: 155})
+        for ts_ms, segment, broker in sorted([(11_400, "seg-1", 1), (new_leader_finishes_ms, "seg-2", 2)]):
+            update(history, ts_ms, segment, broker, FINISHED)
+        ids.append([a.alert_id for a in history.run().alerts])
+    assert len(ids[0]) == 1
+    assert ids[0] == ids[1]
+
+
+def test_cleaner_progressing_within_the_newest_epoch_is_not_a_violation(cluster):
+    """The same epoch's claim growing while that epoch is current, then a clean handover."""
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    uploaded(cluster, 4000, "seg-2", 1, {0: 123})
+    elect_broker_2(cluster)
+    uploaded(cluster, 12_000, "seg-3", 2, {0: 123, 1: 155})
+    assert cluster.keys() == []
+
+
+def test_zombie_upload_that_never_finishes_is_not_a_violation(cluster):
+    """Validation rejected it: it never reached COPY_SEGMENT_FINISHED."""
+    elect_broker_2(cluster)
+    upload(cluster, 9000, "seg-1", 1, {0: 123})
+    uploaded(cluster, 11_000, "seg-2", 2, {0: 100, 1: 155})
+    assert cluster.keys() == []
+
+
+def test_cleaning_up_a_zombie_upload_is_not_a_second_violation(cluster):
+    elect_broker_2(cluster)
+    uploaded(cluster, 11_000, "seg-2", 2, {0: 100, 1: 155})
+    uploaded(cluster, 11_300, "seg-1", 1, {0: 123})
+    update(cluster, 14_000, "seg-1", 1, DELETE_STARTED)  # broker 1 is no longer leader
+    update(cluster, 14_100, "seg-1", 1, DELETE_FINISHED)
+    assert cluster.keys() == [("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED", 1, 11_400, 0, "orders")]
+
+
+# ---- REMOTE_SEGMENT_ZOMBIE_DELETE -----------------------------------------------------------
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_DELETE")
+def test_delete_finished_without_delete_started_is_flagged(cluster):
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 3000, "seg-1", 1, DELETE_FINISHED)
+    outcome = cluster.run()
+    assert outcome.keys == [("REMOTE_SEGMENT_ZOMBIE_DELETE", 1, 3000, 0, "orders")]
+    assert outcome.alerts[0].severity == "critical"
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_DELETE")
+def test_non_leader_deleting_a_valid_segment_is_flagged(cluster):
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 3000, "seg-1", 2, DELETE_STARTED)
+    update(cluster, 3100, "seg-1", 2, DELETE_FINISHED)
+    outcome = cluster.run()
+    assert outcome.keys == [("REMOTE_SEGMENT_ZOMBIE_DELETE", 2, 3100, 0, "orders")]
+    assert [(e.role, e.ts_ms) for e in outcome.alerts[0].evidence][-2:] == [
+        ("view", 3000),
+        ("violation", 3100),
+    ]
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_DELETE")
+def test_deposed_leader_deleting_past_grace_is_flagged(cluster):
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    elect_broker_2(cluster)
+    update(cluster, 13_000, "seg-1", 1, DELETE_STARTED)
+    update(cluster, 13_100, "seg-1", 1, DELETE_FINISHED)
+    assert cluster.keys() == [("REMOTE_SEGMENT_ZOMBIE_DELETE", 1, 13_100, 0, "orders")]
+
+
+def test_leader_deleting_segments_is_retention(cluster):
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 3000, "seg-1", 1, DELETE_STARTED)
+    update(cluster, 3100, "seg-1", 1, DELETE_FINISHED)
+    elect_broker_2(cluster)
+    uploaded(cluster, 4000, "seg-2", 1, {0: 200})
+    update(cluster, 13_000, "seg-2", 2, DELETE_STARTED)  # the new leader deletes the old one's segment
+    update(cluster, 13_100, "seg-2", 2, DELETE_FINISHED)
+    assert cluster.keys() == []
+
+
+def test_deposed_leader_deleting_within_grace_is_not_a_violation(cluster):
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    elect_broker_2(cluster)
+    update(cluster, 11_000, "seg-1", 1, DELETE_STARTED)
+    update(cluster, 11_100, "seg-1", 1, DELETE_FINISHED)
+    assert cluster.keys() == []
+
+
+def test_zombie_deletion_left_at_delete_started_is_not_a_violation(cluster):
+    """The metadata manager validated and rejected it: it never finished."""
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 3000, "seg-1", 2, DELETE_STARTED)
+    assert cluster.keys() == []
+
+
+def test_deposed_leader_cleaning_up_its_unfinished_upload_is_not_a_violation(cluster):
+    """A segment that never reached COPY_SEGMENT_FINISHED was never readable, so it
+    is not in the leader-epoch lineage; removing it harms no reader."""
+    upload(cluster, 9000, "seg-1", 1, {0: 100})
+    elect_broker_2(cluster)
+    update(cluster, 13_000, "seg-1", 1, DELETE_STARTED)
+    update(cluster, 13_100, "seg-1", 1, DELETE_FINISHED)
+    assert cluster.keys() == []
+
+
+# ---- REMOTE_SEGMENT_INVALID_TRANSITION ------------------------------------------------------
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_INVALID_TRANSITION")
+@pytest.mark.parametrize(
+    "states",
+    [
+        pytest.param([FINISHED], id="nothing-to-finished"),
+        pytest.param([STARTED, FINISHED, STARTED], id="finished-to-started"),
+        pytest.param([STARTED, DELETE_STARTED, FINISHED], id="delete-started-to-finished"),
+        pytest.param([STARTED, DELETE_STARTED, STARTED], id="delete-started-to-started"),
+    ],
+)
+def test_segment_state_moving_outside_its_lifecycle_is_flagged(cluster, states):
+    first, *rest = states
+    body = s.remote_segment(
+        cluster.topic_id, 0, "seg-1", broker_id=1, start=0, end=100, leader_epochs={0: 0}, cleaner={0: 100}
+    )
+    body["data"]["remoteLogSegmentState"] = first
+    cluster.remote(2000, body)
+    for i, state in enumerate(rest, start=1):
+        update(cluster, 2000 + 100 * i, "seg-1", 1, state)
+    last_ms = 2000 + 100 * len(rest)
+    outcome = cluster.run()
+    assert outcome.keys == [("REMOTE_SEGMENT_INVALID_TRANSITION", 1, last_ms, 0, "orders")]
+    assert outcome.alerts[0].severity == "warning"
+
+
+def test_failed_upload_cleaned_up_is_an_allowed_transition(cluster):
+    """COPY_SEGMENT_STARTED -> DELETE_SEGMENT_STARTED: the upload failed."""
+    upload(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 2100, "seg-1", 1, DELETE_STARTED)
+    update(cluster, 2200, "seg-1", 1, DELETE_FINISHED)
+    assert cluster.keys() == []
+
+
+def test_repeated_states_are_allowed(cluster):
+    upload(cluster, 2000, "seg-1", 1, {0: 100})
+    upload(cluster, 2050, "seg-1", 1, {0: 100})
+    update(cluster, 2100, "seg-1", 1, FINISHED)
+    update(cluster, 2150, "seg-1", 1, FINISHED)
+    update(cluster, 2200, "seg-1", 1, DELETE_STARTED)
+    update(cluster, 2250, "seg-1", 1, DELETE_STARTED)
+    update(cluster, 2300, "seg-1", 1, DELETE_FINISHED)
+    assert cluster.keys() == []
