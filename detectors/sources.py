@@ -54,5 +54,5 @@ def open_inputs(paths: list[str]) -> list[tuple[str, BinaryIO]]:
         if path == "-":
             opened.append(("<stdin>", sys.stdin.buffer))
         else:
-            opened.append((path, Path(path).open("rb")))
+            opened.append((path, Path(path).open("rb")))  # noqa: SIM115 - closed by the caller
     return opened

@@ -9,7 +9,6 @@ import re
 from dataclasses import dataclass
 
 import orjson
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
