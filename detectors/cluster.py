@@ -50,6 +50,11 @@ class ClusterState:
         self.out: list[Alert] = []
         self._emitted: OrderedDict[str, None] = OrderedDict()
 
+    def describe(self, key: PartitionKey) -> str:
+        """``topic-partition`` with the topic's name where the view knows it."""
+        name = self.view.topic_name(key[0]) or key[0].removeprefix("name:")
+        return f"{name}-{key[1]}"
+
     def unverified(self, reason: str) -> None:
         self.counters.bump(self.counters.unverified, reason)
 
@@ -90,7 +95,9 @@ class ClusterState:
         position or wall time): it makes the alert id."""
         topic_key, index = partition_key if partition_key else (None, None)
         topic_id = topic_key if topic_key and not topic_key.startswith("name:") else None
-        topic = self.view.topic_name(topic_key) or (topic_key[5:] if topic_key else None)
+        topic = self.view.topic_name(topic_key) or (
+            topic_key.removeprefix("name:") if topic_key and topic_key.startswith("name:") else None
+        )
         alert_id = make_alert_id(self.cluster, rule.id, status, topic_key, index, node, *identity)
         if alert_id in self._emitted:
             return

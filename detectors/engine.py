@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 from detectors import rules
@@ -64,6 +65,19 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _without_body(env: Envelope) -> Envelope:
+    return replace(env, body={})
+
+
+def _rebind(judgment: Judgment, env: Envelope, lean: Envelope) -> Judgment:
+    """The same judgment holding the event without its body: judgments use the
+    facts extracted at ingest, and a waiting request body would only cost memory
+    (and state-store bytes in the streaming job)."""
+    if not isinstance(judgment, partial) or env not in judgment.args:
+        return judgment
+    return partial(judgment.func, *(lean if a is env else a for a in judgment.args), **judgment.keywords)
+
+
 class _Cluster(ClusterState):
     """A cluster's state plus its own watermark and pending judgments."""
 
@@ -109,9 +123,11 @@ class Detector:
             cs.unverified(exc.reason)
             judgments = []
         due = env.ts_ms + self.config.grace_ms
-        for judgment in judgments:
-            self._arrivals += 1
-            heapq.heappush(cs.pending, (due, env.ts_ms, self._arrivals, judgment))
+        if judgments:
+            lean = _without_body(env)
+            for judgment in judgments:
+                self._arrivals += 1
+                heapq.heappush(cs.pending, (due, env.ts_ms, self._arrivals, _rebind(judgment, env, lean)))
         if cs.max_ts_ms is None or env.ts_ms > cs.max_ts_ms:
             cs.max_ts_ms = env.ts_ms
             self._judge_due(cs, cs.watermark_ms)

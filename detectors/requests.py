@@ -113,8 +113,9 @@ def partition_outcomes(api_key: int, body: dict[str, Any]) -> list[PartitionOutc
         for path, part in objects(get_list(topic, shape.req_parts, tpath), ppath):
             index = get_int(part, shape.req_index, path)
             epoch = get_int(part, "currentLeaderEpoch", path, default=-1)
-            error = answered.get((topic_id or name, index))
-            outcomes.append(PartitionOutcome(name, topic_id, index, epoch, error))
+            outcomes.append(
+                PartitionOutcome(name, topic_id, index, epoch, answered.get((topic_id or name, index)))
+            )
     return outcomes
 
 
@@ -164,9 +165,9 @@ def stop_replica(api_version: int, body: dict[str, Any]) -> StopReplica:
     errors: dict[tuple[str, int], int] = {}
     epath = "body.response.partitionErrors"
     for path, item in objects(get_list(response, "partitionErrors", "body.response", default=[]), epath):
-        topic = get_str(item, "topicName", path)
-        assert topic is not None
-        errors[(topic, get_int(item, "partitionIndex", path))] = get_int(
+        topic_name = get_str(item, "topicName", path)
+        assert topic_name is not None
+        errors[(topic_name, get_int(item, "partitionIndex", path))] = get_int(
             item, "errorCode", path, bounds=INT16
         )
     partitions: list[StopReplicaPartition] = []

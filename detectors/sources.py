@@ -4,7 +4,7 @@ line order), with every unusable line turned into a dead letter."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,7 +35,7 @@ def _keyed(
         yield last_ts, file_index, n, item
 
 
-def merge_by_time(streams: list[Iterable[Envelope | DeadLetter]]) -> Iterator[Envelope | DeadLetter]:
+def merge_by_time(streams: Sequence[Iterable[Envelope | DeadLetter]]) -> Iterator[Envelope | DeadLetter]:
     """Merge per-file streams by ``ts_ms``. Files that are themselves out of
     order merge as they are; the detector tolerates disorder up to its
     ``lateness_ms``."""

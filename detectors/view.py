@@ -5,6 +5,7 @@ short event-time history so rules can judge any moment of a grace window."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -66,20 +67,30 @@ class PartitionChange:
 @dataclass(slots=True)
 class Topic:
     name: str
-    partitions: set[int]
+    partition_count: int = 0  # Kafka numbers partitions 0..n-1 and never shrinks n
     deleted_ms: int | None = None
+
+    def saw(self, index: int) -> None:
+        if index >= self.partition_count:
+            self.partition_count = index + 1
 
 
 class ClusterView:
     """Everything one cluster's metadata log says, with short histories."""
 
-    def __init__(self, retention_ms: int):
+    def __init__(
+        self,
+        retention_ms: int,
+        partitions: MutableMapping[PartitionKey, History[PartitionState]] | None = None,
+    ):
+        """``partitions`` may be any mapping: the streaming job passes one backed
+        by Spark's state store, so a million partitions need not sit in memory."""
         self.retention_ms = retention_ms
         self.brokers: dict[int, History[BrokerState]] = {}
         self.topics: dict[str, Topic] = {}
         # name -> which topic id it named over time (None: no topic); names are reused
         self.topic_ids_by_name: dict[str, History[str | None]] = {}
-        self.partitions: dict[PartitionKey, History[PartitionState]] = {}
+        self.partitions = partitions if partitions is not None else {}
         self.metadata_version: int | None = None
         self.last_metadata_offset: int | None = None
         self._deletions: deque[tuple[int, str]] = deque()
@@ -205,7 +216,7 @@ class ClusterView:
         name = get_str(data, "name", "data")
         topic_id = get_str(data, "topicId", "data")
         assert name is not None and topic_id is not None
-        self.topics[topic_id] = Topic(name, set())
+        self.topics[topic_id] = Topic(name)
         self._name(name, env.ts_ms, topic_id)
 
     def _remove_topic(self, env: Envelope, data: dict[str, Any]) -> None:
@@ -290,7 +301,7 @@ class ClusterView:
         topic = self.topics.get(topic_id)
         if topic is None:
             raise Unverified("partition record before its topic record")
-        topic.partitions.add(index)
+        topic.saw(index)
         return (topic_id, index)
 
     def set_partition_from_request(
@@ -298,8 +309,8 @@ class ClusterView:
     ) -> None:
         """ZooKeeper mode has no metadata log: an accepted LeaderAndIsr is the
         epoch source. Only newer epochs move the view (requests can be reordered)."""
-        topic = self.topics.setdefault(key[0], Topic(name, set()))
-        topic.partitions.add(key[1])
+        topic = self.topics.setdefault(key[0], Topic(name))
+        topic.saw(key[1])
         history = self.partitions.get(key)
         if history is None or state.leader_epoch > history.latest.leader_epoch:
             self._set_partition(key, ts_ms, state)
@@ -321,7 +332,7 @@ class ClusterView:
             topic = self.topics.pop(topic_id, None)
             if topic is None:
                 continue
-            for index in topic.partitions:
+            for index in range(topic.partition_count):
                 dropped += self.partitions.pop((topic_id, index), None) is not None
         return dropped
 

@@ -12,6 +12,9 @@ COMMANDS = {
     "convert": "fencewatch.convert",
     "replay": "fencewatch.replay",
     "simulate": "fencewatch.simulate",
+    "run": "fencewatch.run",
+    "demo": "fencewatch.demo",
+    "ship": "fencewatch.ship",
 }
 
 

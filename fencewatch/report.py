@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TextIO
 
 from detectors.cluster import Counters
 
 
-def _table(title: str, rows: list[tuple[str, ...]], out: TextIO) -> None:
+def _table(title: str, rows: Sequence[Sequence[str]], out: TextIO) -> None:
     if not rows:
         return
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

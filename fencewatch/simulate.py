@@ -1,16 +1,26 @@
 """``fencewatch simulate``: simulated KRaft traffic with injected faults, as
-envelope JSONL, plus the ground truth of what was injected."""
+envelope JSONL (a file or stdout) or published to a Kafka topic, plus the
+ground truth of what was injected.
+
+With ``--bootstrap-servers`` and ``--topic`` the events go to the topic instead
+of a file, keyed by cluster (so they keep their order in one partition), paced
+to ``--rate`` events per second of wall-clock time (token bucket; 0: as fast as
+possible). The ground truth is written to ``--truth`` either way.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 import orjson
 from tqdm import tqdm
 
 from fencewatch.options import env_default
+from fencewatch.ship import add_kafka_options, open_publisher, publisher_from_args
+from producers.kafka_publisher import DeliveryError, TokenBucket
 from producers.simulator import SimConfig, Simulator
 
 PROGRESS_MIN_EVENTS = 200_000
@@ -22,18 +32,23 @@ def add_parser(sub: Any) -> None:
         "simulate",
         help="simulate a KRaft cluster with injected fencing faults",
         description="Write envelope JSONL events of a simulated KRaft cluster (Kafka-native shapes, per-node "
-        "clock skew) and the ground truth of the violations injected into it.",
+        "clock skew) to a file or a Kafka topic, and the ground truth of the violations injected into it.",
     )
     p.add_argument(
         "--seed", type=int, default=defaults.seed, help="same seed, same events (default %(default)s)"
     )
     p.add_argument("--events", type=int, default=100_000, help="about how many events (default %(default)s)")
-    p.add_argument("--output", "-o", default="-", metavar="FILE", help="events JSONL (default: stdout)")
+    p.add_argument(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="events JSONL (default: stdout; not with --bootstrap-servers)",
+    )
     p.add_argument(
         "--truth",
         metavar="FILE",
         help="ground-truth JSONL (default: <output>.truth.jsonl, or "
-        "fencewatch-truth.jsonl when writing to stdout)",
+        "fencewatch-truth.jsonl when writing to stdout or a topic)",
     )
     p.add_argument("--cluster", default=defaults.cluster)
     p.add_argument(
@@ -65,6 +80,29 @@ def add_parser(sub: Any) -> None:
         default=defaults.events_per_second,
         help="simulated traffic rate (event time, not wall time)",
     )
+    add_kafka_options(p, from_env=False)
+    kafka = p.add_argument_group("publishing to a topic (with --bootstrap-servers and --topic)")
+    kafka.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        metavar="EVENTS_PER_SECOND",
+        help="publish this many events per wall-clock second; 0: as fast as possible (default %(default)s)",
+    )
+    kafka.add_argument(
+        "--status-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between progress lines on stderr; 0 for none (default %(default)s)",
+    )
+    kafka.add_argument(
+        "--flush-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait at the end for outstanding deliveries (default %(default)s)",
+    )
     p.set_defaults(run=run)
 
 
@@ -93,10 +131,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"fencewatch simulate: {exc}", file=sys.stderr)
         return 2
-    truth_path = args.truth or (
-        "fencewatch-truth.jsonl" if args.output == "-" else f"{args.output}.truth.jsonl"
-    )
-    out = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
+    if args.bootstrap_servers or args.topic:
+        return _publish(args, sim)
+    output = args.output or "-"
+    truth_path = args.truth or ("fencewatch-truth.jsonl" if output == "-" else f"{output}.truth.jsonl")
+    out = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
     bar = tqdm(
         total=args.events,
         unit="ev",
@@ -117,12 +156,76 @@ def run(args: argparse.Namespace) -> int:
             out.close()
         else:
             out.flush()
-    with open(truth_path, "wb") as f:
+    _write_truth(sim, truth_path)
+    print(f"simulated {written} events; {_injected(sim)}; truth: {truth_path}", file=sys.stderr)
+    return 0
+
+
+def _write_truth(sim: Simulator, path: str) -> None:
+    with open(path, "wb") as f:
         for record in sim.truth:
             f.write(orjson.dumps(record) + b"\n")
+
+
+def _injected(sim: Simulator) -> str:
     counts = ", ".join(f"{k}={v}" for k, v in sorted(sim.injected.items())) or "none"
+    return f"injected {len(sim.truth)} violations ({counts})"
+
+
+def _publish(args: argparse.Namespace, sim: Simulator) -> int:
+    """Publish the events to ``args.topic`` at ``args.rate`` events/s, then write the truth."""
+    prog = "fencewatch simulate"
+    problem = None
+    if args.output:
+        problem = "--output writes a file; with --bootstrap-servers the events go to --topic"
+    elif args.rate < 0 or args.status_interval < 0 or args.flush_timeout <= 0:
+        problem = "--rate and --status-interval must be >= 0 and --flush-timeout positive"
+    try:
+        publisher = publisher_from_args(args)
+    except ValueError as exc:
+        problem = problem or str(exc)
+    if problem:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return 2
+    if not open_publisher(publisher, prog):
+        return 1
+    truth_path = args.truth or "fencewatch-truth.jsonl"
+    bucket = TokenBucket(args.rate)
+    started = last_status = time.monotonic()
+    published = 0
+    code = 0
+    try:
+        for env in sim.events(args.events):
+            bucket.take()
+            publisher.publish(env, label=f"event {published}")
+            published += 1
+            if args.status_interval and published % 256 == 0:
+                now = time.monotonic()
+                if now - last_status >= args.status_interval:
+                    last_status = now
+                    print(f"{prog}: {_progress(publisher, published, now - started)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted after {published} events; flushing", file=sys.stderr)
+        code = 130
+    try:
+        publisher.flush(args.flush_timeout)
+    except DeliveryError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        code = 1
+    _write_truth(sim, truth_path)
+    elapsed = time.monotonic() - started
     print(
-        f"simulated {written} events; injected {len(sim.truth)} violations ({counts}); truth: {truth_path}",
+        f"{prog}: {_progress(publisher, published, elapsed)} to topic {args.topic}; "
+        f"{_injected(sim)}; truth: {truth_path}",
         file=sys.stderr,
     )
-    return 0
+    return code
+
+
+def _progress(publisher: Any, published: int, elapsed_seconds: float) -> str:
+    rate = published / elapsed_seconds if elapsed_seconds > 0 else 0.0
+    s = publisher.stats
+    return (
+        f"published {published} events ({s.delivered} delivered, {s.failed} failed) "
+        f"in {elapsed_seconds:.1f}s, {rate:.0f} events/s"
+    )

@@ -350,26 +350,64 @@ def stop_replica(
     return _completed(5, 3, correlation_id, f"controller-{controller_id}", request, response)
 
 
-def alter_partition(topic_name: str, topic_id: str, index: int, *, broker_id: int, broker_epoch: int,
-                    leader_epoch: int, partition_epoch: int, new_isr: list[int], error: int,
-                    isr_epochs: dict[int, int] | None = None, version: int = 3, result_leader: int = -1,
-                    result_leader_epoch: int = -1, result_partition_epoch: int = -1, top_error: int = 0,
-                    correlation_id: int = 1) -> dict[str, Any]:
+def alter_partition(
+    topic_name: str,
+    topic_id: str,
+    index: int,
+    *,
+    broker_id: int,
+    broker_epoch: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    new_isr: list[int],
+    error: int,
+    isr_epochs: dict[int, int] | None = None,
+    version: int = 3,
+    result_leader: int = -1,
+    result_leader_epoch: int = -1,
+    result_partition_epoch: int = -1,
+    top_error: int = 0,
+    correlation_id: int = 1,
+) -> dict[str, Any]:
     """An AlterPartition as the controller logs it: v0-1 name topics and send
     ``newIsr``; v2 names topics by id; v3+ sends ``newIsrWithEpochs`` (KIP-903)."""
-    part: dict[str, Any] = {"partitionIndex": index, "leaderEpoch": leader_epoch, "leaderRecoveryState": 0,
-                            "partitionEpoch": partition_epoch}
+    part: dict[str, Any] = {
+        "partitionIndex": index,
+        "leaderEpoch": leader_epoch,
+        "leaderRecoveryState": 0,
+        "partitionEpoch": partition_epoch,
+    }
     if version >= 3:
         epochs = isr_epochs or {}
         part["newIsrWithEpochs"] = [{"brokerId": b, "brokerEpoch": epochs.get(b, -1)} for b in new_isr]
     else:
         part["newIsr"] = new_isr
     topic_ref = {"topicId": topic_id} if version >= 2 else {"topicName": topic_name}
-    request = {"brokerId": broker_id, "brokerEpoch": broker_epoch, "topics": [{**topic_ref, "partitions": [part]}]}
-    response = {"throttleTimeMs": 0, "errorCode": top_error, "topics": [{**topic_ref, "partitions": [
-        {"partitionIndex": index, "errorCode": error, "leaderId": result_leader, "leaderEpoch": result_leader_epoch,
-         "isr": new_isr if error == 0 else [], "leaderRecoveryState": 0,
-         "partitionEpoch": result_partition_epoch}]}]}
+    request = {
+        "brokerId": broker_id,
+        "brokerEpoch": broker_epoch,
+        "topics": [{**topic_ref, "partitions": [part]}],
+    }
+    response = {
+        "throttleTimeMs": 0,
+        "errorCode": top_error,
+        "topics": [
+            {
+                **topic_ref,
+                "partitions": [
+                    {
+                        "partitionIndex": index,
+                        "errorCode": error,
+                        "leaderId": result_leader,
+                        "leaderEpoch": result_leader_epoch,
+                        "isr": new_isr if error == 0 else [],
+                        "leaderRecoveryState": 0,
+                        "partitionEpoch": result_partition_epoch,
+                    }
+                ],
+            }
+        ],
+    }
     return _completed(56, version, correlation_id, f"broker-{broker_id}-alter-partition", request, response)
 
 

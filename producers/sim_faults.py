@@ -59,12 +59,20 @@ class Faults:
 
     # ---- bookkeeping ---------------------------------------------------------------------------
 
-    def record(self, rule: str, ts_ms: int, node: int | None, p: Partition | None = None,
-               status: str = "firing") -> None:
-        self.truth.append({
-            "rule": rule, "status": status, "cluster": self.m.cluster, "node": node, "ts_ms": ts_ms,
-            "topic": p.topic if p else None, "partition": p.index if p else None,
-        })
+    def record(
+        self, rule: str, ts_ms: int, node: int | None, p: Partition | None = None, status: str = "firing"
+    ) -> None:
+        self.truth.append(
+            {
+                "rule": rule,
+                "status": status,
+                "cluster": self.m.cluster,
+                "node": node,
+                "ts_ms": ts_ms,
+                "topic": p.topic if p else None,
+                "partition": p.index if p else None,
+            }
+        )
 
     def freeze(self, p: Partition, t: int) -> None:
         p.frozen_until_ms = max(p.frozen_until_ms, t + self.margin_ms)
@@ -83,15 +91,25 @@ class Faults:
     def settled(self, t: int) -> Callable[[Partition], bool]:
         """Led by a registered broker, epoch unchanged for the margin, not frozen."""
         m = self.m
-        return lambda p: (p.leader >= 0 and m.brokers[p.leader].registered and m.stable(p, t, self.margin_ms)
-                          and m.movable(p, t))
+        return lambda p: (
+            p.leader >= 0
+            and m.brokers[p.leader].registered
+            and m.stable(p, t, self.margin_ms)
+            and m.movable(p, t)
+        )
 
     def deposed(self, t: int) -> Callable[[Partition], bool]:
         """Has a registered former leader that lost leadership more than the margin ago."""
         m = self.m
-        return lambda p: (p.previous_leader >= 0 and p.previous_leader != p.leader and p.leader >= 0
-                          and p.previous_leader in m.brokers and m.brokers[p.previous_leader].registered
-                          and t - p.leader_changed_ms > self.margin_ms and m.movable(p, t))
+        return lambda p: (
+            p.previous_leader >= 0
+            and p.previous_leader != p.leader
+            and p.leader >= 0
+            and p.previous_leader in m.brokers
+            and m.brokers[p.previous_leader].registered
+            and t - p.leader_changed_ms > self.margin_ms
+            and m.movable(p, t)
+        )
 
     # ---- data plane (KIP-359, KIP-320) ----------------------------------------------------------
 
@@ -99,8 +117,12 @@ class Faults:
         p = self.pick(lambda q: self.settled(t)(q) and q.leader_epoch >= 1)
         if p is None:
             return False
-        body = shapes.produce(p.topic, p.index, NONE, epoch=p.leader_epoch - 1, correlation_id=self.m.next_correlation())
-        self.record("PRODUCE_STALE_EPOCH_ACCEPTED", self.m.emit("request", t, body, node=p.leader), p.leader, p)
+        body = shapes.produce(
+            p.topic, p.index, NONE, epoch=p.leader_epoch - 1, correlation_id=self.m.next_correlation()
+        )
+        self.record(
+            "PRODUCE_STALE_EPOCH_ACCEPTED", self.m.emit("request", t, body, node=p.leader), p.leader, p
+        )
         self.freeze(p, t)
         return True
 
@@ -108,8 +130,14 @@ class Faults:
         p = self.pick(self.deposed(t))
         if p is None:
             return False
-        body = shapes.produce(p.topic, p.index, NONE, epoch=self.rng.choice((None, p.leader_epoch - 1)),
-                              acks=self.rng.choice((-1, 1)), correlation_id=self.m.next_correlation())
+        body = shapes.produce(
+            p.topic,
+            p.index,
+            NONE,
+            epoch=self.rng.choice((None, p.leader_epoch - 1)),
+            acks=self.rng.choice((-1, 1)),
+            correlation_id=self.m.next_correlation(),
+        )
         ts = self.m.emit("request", t, body, node=p.previous_leader)
         self.record("PRODUCE_ACCEPTED_BY_NON_LEADER", ts, p.previous_leader, p)
         self.freeze(p, t)
@@ -121,8 +149,12 @@ class Faults:
             return False
         # FENCED for the current epoch, or UNKNOWN for one that is not newer.
         error = self.rng.choice((FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH))
-        body = shapes.produce(p.topic, p.index, error, epoch=p.leader_epoch, correlation_id=self.m.next_correlation())
-        self.record("PRODUCE_EPOCH_ERROR_MISMATCH", self.m.emit("request", t, body, node=p.leader), p.leader, p)
+        body = shapes.produce(
+            p.topic, p.index, error, epoch=p.leader_epoch, correlation_id=self.m.next_correlation()
+        )
+        self.record(
+            "PRODUCE_EPOCH_ERROR_MISMATCH", self.m.emit("request", t, body, node=p.leader), p.leader, p
+        )
         self.freeze(p, t)
         return True
 
@@ -130,7 +162,9 @@ class Faults:
         p = self.pick(lambda q: self.settled(t)(q) and q.leader_epoch >= 1)
         if p is None:
             return False
-        body = shapes.fetch(p.topic, p.index, NONE, epoch=p.leader_epoch - 1, correlation_id=self.m.next_correlation())
+        body = shapes.fetch(
+            p.topic, p.index, NONE, epoch=p.leader_epoch - 1, correlation_id=self.m.next_correlation()
+        )
         self.record("FETCH_STALE_EPOCH_SERVED", self.m.emit("request", t, body, node=p.leader), p.leader, p)
         self.freeze(p, t)
         return True
@@ -164,9 +198,17 @@ class Faults:
     def stop_replica_sentinel_rejected(self, t: int) -> bool:
         rejected = self.traffic.delete_topic(t, reject_sentinel_at=t)
         for ts, topic, index, broker in rejected:
-            self.truth.append({"rule": "STOP_REPLICA_DELETE_SENTINEL_REJECTED", "status": "firing",
-                               "cluster": self.m.cluster, "node": broker, "ts_ms": ts, "topic": topic,
-                               "partition": index})
+            self.truth.append(
+                {
+                    "rule": "STOP_REPLICA_DELETE_SENTINEL_REJECTED",
+                    "status": "firing",
+                    "cluster": self.m.cluster,
+                    "node": broker,
+                    "ts_ms": ts,
+                    "topic": topic,
+                    "partition": index,
+                }
+            )
         if rejected:
             self.traffic.create_topic(t)  # keep the cluster's size steady
         return bool(rejected)
@@ -179,7 +221,9 @@ class Faults:
             return False
         # The broker first hears from the current controller, then accepts an older one.
         self.traffic.stop_replica(p, t, broker, p.leader_epoch, NONE)
-        ts = self.traffic.stop_replica(p, t + 5, broker, p.leader_epoch, NONE, controller_epoch=m.raft.epoch - 1)
+        ts = self.traffic.stop_replica(
+            p, t + 5, broker, p.leader_epoch, NONE, controller_epoch=m.raft.epoch - 1
+        )
         self.record("STOP_REPLICA_STALE_CONTROLLER_ACCEPTED", ts, broker)
         self.freeze(p, t)
         return True
@@ -188,7 +232,11 @@ class Faults:
 
     def _ineligible_replica(self, p: Partition, exclude: list[int]) -> int | None:
         m = self.m
-        options = [r for r in p.replicas if r not in exclude and m.brokers[r].registered and not m.brokers[r].eligible]
+        options = [
+            r
+            for r in p.replicas
+            if r not in exclude and m.brokers[r].registered and not m.brokers[r].eligible
+        ]
         return self.rng.choice(options) if options else None
 
     def ineligible_isr(self, t: int) -> bool:
@@ -202,8 +250,13 @@ class Faults:
             self.freeze(p, t)
             return True
         # KIP-903 form: an eligible replica, but the leader sent a stale broker epoch for it.
-        p = self.pick(lambda q: self.settled(t)(q) and m.brokers[q.leader].eligible
-                      and any(r not in q.isr and m.brokers[r].eligible for r in q.replicas))
+        p = self.pick(
+            lambda q: (
+                self.settled(t)(q)
+                and m.brokers[q.leader].eligible
+                and any(r not in q.isr and m.brokers[r].eligible for r in q.replicas)
+            )
+        )
         if p is None:
             return False
         joiner = self.rng.choice([r for r in p.replicas if r not in p.isr and m.brokers[r].eligible])
@@ -212,8 +265,16 @@ class Faults:
         m.change_partition(p, t, isr=new_isr)
         isr_epochs = {b: m.brokers[b].epoch for b in new_isr}
         isr_epochs[joiner] -= 7
-        ts = self.traffic.alter_partition(p, t, p.leader, new_isr, NONE, leader_epoch=epochs[0],
-                                          partition_epoch=epochs[1], isr_epochs=isr_epochs)
+        ts = self.traffic.alter_partition(
+            p,
+            t,
+            p.leader,
+            new_isr,
+            NONE,
+            leader_epoch=epochs[0],
+            partition_epoch=epochs[1],
+            isr_epochs=isr_epochs,
+        )
         self.record("ISR_INELIGIBLE_REPLICA_ADMITTED", ts, joiner, p)
         self.freeze(p, t)
         return True
@@ -232,7 +293,9 @@ class Faults:
 
     def _shrinkable(self, t: int) -> Callable[[Partition], bool]:
         m = self.m
-        return lambda q: self.settled(t)(q) and m.brokers[q.leader].eligible and len(q.isr) >= 2 and q.leader in q.isr
+        return lambda q: (
+            self.settled(t)(q) and m.brokers[q.leader].eligible and len(q.isr) >= 2 and q.leader in q.isr
+        )
 
     def alter_partition_stale_epoch(self, t: int) -> bool:
         """A deposed leader's ISR change with its old epochs, accepted."""
@@ -241,11 +304,14 @@ class Faults:
         if p is None:
             return False
         zombie = p.previous_leader
-        new_isr = [r for r in p.isr if r == p.leader or r != self.rng.choice([x for x in p.isr if x != p.leader])]
+        new_isr = [
+            r for r in p.isr if r == p.leader or r != self.rng.choice([x for x in p.isr if x != p.leader])
+        ]
         epochs = (p.leader_epoch - 1, p.partition_epoch - 1)
         m.change_partition(p, t, isr=new_isr)
-        ts = self.traffic.alter_partition(p, t, zombie, new_isr, NONE, leader_epoch=epochs[0],
-                                          partition_epoch=epochs[1])
+        ts = self.traffic.alter_partition(
+            p, t, zombie, new_isr, NONE, leader_epoch=epochs[0], partition_epoch=epochs[1]
+        )
         self.record("ALTER_PARTITION_STALE_EPOCH_ACCEPTED", ts, m.raft.leader, p)
         self.freeze(p, t)
         return True
@@ -255,11 +321,21 @@ class Faults:
         p = self.pick(self._shrinkable(t))
         if p is None:
             return False
-        new_isr = [r for r in p.isr if r == p.leader or r != self.rng.choice([x for x in p.isr if x != p.leader])]
+        new_isr = [
+            r for r in p.isr if r == p.leader or r != self.rng.choice([x for x in p.isr if x != p.leader])
+        ]
         epochs = (p.leader_epoch, p.partition_epoch)
         m.change_partition(p, t, isr=new_isr)
-        ts = self.traffic.alter_partition(p, t, p.leader, new_isr, NONE, leader_epoch=epochs[0],
-                                          partition_epoch=epochs[1], broker_epoch=m.brokers[p.leader].epoch - 3)
+        ts = self.traffic.alter_partition(
+            p,
+            t,
+            p.leader,
+            new_isr,
+            NONE,
+            leader_epoch=epochs[0],
+            partition_epoch=epochs[1],
+            broker_epoch=m.brokers[p.leader].epoch - 3,
+        )
         self.record("ALTER_PARTITION_STALE_BROKER_EPOCH_ACCEPTED", ts, m.raft.leader)
         self.freeze(p, t)
         return True
@@ -271,8 +347,9 @@ class Faults:
             return False
         ineligible = self._ineligible_replica(p, p.isr)
         if ineligible is not None and self.rng.random() < 0.5:
-            ts = self.traffic.alter_partition(p, t, p.leader, [*p.isr, ineligible], OPERATION_NOT_ATTEMPTED,
-                                              version=3)
+            ts = self.traffic.alter_partition(
+                p, t, p.leader, [*p.isr, ineligible], OPERATION_NOT_ATTEMPTED, version=3
+            )
         else:
             ts = self.traffic.alter_partition(p, t, p.leader, list(p.isr), INELIGIBLE_REPLICA, version=1)
         self.record("ALTER_PARTITION_ERROR_VERSION_MISMATCH", ts, m.raft.leader, p)
@@ -296,10 +373,18 @@ class Faults:
         if (raft.epoch, usurper) in self.usurped:
             return False  # the detector reports one usurpation per node and epoch
         self.usurped.add((raft.epoch, usurper))
-        ts = m.emit("quorum_state", t, shapes.quorum_state(usurper, raft.epoch, raft.leader, list(raft.voters)),
-                    node=usurper)
-        m.emit("quorum_state", t + 5, shapes.quorum_state(raft.leader, raft.epoch, raft.leader, list(raft.voters)),
-               node=usurper)
+        ts = m.emit(
+            "quorum_state",
+            t,
+            shapes.quorum_state(usurper, raft.epoch, raft.leader, list(raft.voters)),
+            node=usurper,
+        )
+        m.emit(
+            "quorum_state",
+            t + 5,
+            shapes.quorum_state(raft.leader, raft.epoch, raft.leader, list(raft.voters)),
+            node=usurper,
+        )
         self.record("QUORUM_TWO_LEADERS_IN_EPOCH", ts, usurper)
         self._freeze_raft(t + self.margin_ms)
         return True
@@ -310,9 +395,15 @@ class Faults:
             return False
         raft = m.raft
         follower = self.rng.choice([v for v in raft.voters if v != raft.leader])
-        ts = m.emit("quorum_state", t, shapes.quorum_state(-1, raft.epoch - 1, -1, list(raft.voters)), node=follower)
-        m.emit("quorum_state", t + 5, shapes.quorum_state(raft.leader, raft.epoch, raft.leader, list(raft.voters)),
-               node=follower)
+        ts = m.emit(
+            "quorum_state", t, shapes.quorum_state(-1, raft.epoch - 1, -1, list(raft.voters)), node=follower
+        )
+        m.emit(
+            "quorum_state",
+            t + 5,
+            shapes.quorum_state(raft.leader, raft.epoch, raft.leader, list(raft.voters)),
+            node=follower,
+        )
         self.record("QUORUM_EPOCH_REGRESSION", ts, follower)
         self._freeze_raft(t + self.margin_ms)
         return True
@@ -325,8 +416,12 @@ class Faults:
         # The double voter is the voter that is neither the old leader nor the candidate.
         out = self.traffic.raft_election(t)
         voter = next(v for v in m.raft.voters if v not in (out["candidate"], old))
-        ts = m.emit("request", t + 5, shapes.vote(old, out["epoch"], True, voter=voter,
-                                                  correlation_id=m.next_correlation()), node=voter)
+        ts = m.emit(
+            "request",
+            t + 5,
+            shapes.vote(old, out["epoch"], True, voter=voter, correlation_id=m.next_correlation()),
+            node=voter,
+        )
         self.record("QUORUM_DOUBLE_VOTE", ts, voter)
         self._freeze_raft(t + self.margin_ms)
         return True
@@ -339,11 +434,19 @@ class Faults:
         old, epoch = out["old"], out["epoch"]
         late = t + self.margin_ms + 100
         fetcher = sorted(m.brokers)[0]
-        ts = m.emit("request", late, shapes.quorum_fetch(old, epoch - 1, fetcher, correlation_id=m.next_correlation()),
-                    node=old)
+        ts = m.emit(
+            "request",
+            late,
+            shapes.quorum_fetch(old, epoch - 1, fetcher, correlation_id=m.next_correlation()),
+            node=old,
+        )
         self.record("QUORUM_ZOMBIE_LEADER", ts, old)
-        step_down = m.emit("quorum_state", late + 500,
-                           shapes.quorum_state(m.raft.leader, epoch, -1, list(m.raft.voters)), node=old)
+        step_down = m.emit(
+            "quorum_state",
+            late + 500,
+            shapes.quorum_state(m.raft.leader, epoch, -1, list(m.raft.voters)),
+            node=old,
+        )
         self.record("QUORUM_ZOMBIE_LEADER", step_down, old, status="resolved")
         self._freeze_raft(late + 500 + self.margin_ms)
         return True
@@ -366,12 +469,30 @@ class Faults:
         self.m.segment_seq += 1
         segment = f"seg-{m.segment_seq:08d}"
         start = p.next_offset
-        m.emit("remote_log_metadata", t, shapes.remote_segment(
-            p.topic_id, p.index, segment, broker_id=p.previous_leader, start=start, end=start + 99,
-            leader_epochs={ended: start}, cleaner=claim, topic_name=p.topic), node=p.previous_leader)
-        ts = m.emit("remote_log_metadata", t, shapes.remote_update(
-            p.topic_id, p.index, segment, broker_id=p.previous_leader, state="COPY_SEGMENT_FINISHED"),
-            node=p.previous_leader)
+        m.emit(
+            "remote_log_metadata",
+            t,
+            shapes.remote_segment(
+                p.topic_id,
+                p.index,
+                segment,
+                broker_id=p.previous_leader,
+                start=start,
+                end=start + 99,
+                leader_epochs={ended: start},
+                cleaner=claim,
+                topic_name=p.topic,
+            ),
+            node=p.previous_leader,
+        )
+        ts = m.emit(
+            "remote_log_metadata",
+            t,
+            shapes.remote_update(
+                p.topic_id, p.index, segment, broker_id=p.previous_leader, state="COPY_SEGMENT_FINISHED"
+            ),
+            node=p.previous_leader,
+        )
         if zombie_first:
             self.traffic.upload(t, p)
         self.record("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED", ts, p.previous_leader, p)
@@ -382,8 +503,12 @@ class Faults:
 
     def zombie_delete(self, t: int) -> bool:
         deposed = self.deposed(t)
-        p = self.pick(lambda q: any(s not in q.zombie_segments for s in q.segments) and (
-            deposed(q) or (self.settled(t)(q) and q.leader >= 0)))
+        p = self.pick(
+            lambda q: (
+                any(s not in q.zombie_segments for s in q.segments)
+                and (deposed(q) or (self.settled(t)(q) and q.leader >= 0))
+            )
+        )
         if p is None:
             return False
         segment = next(s for s in p.segments if s not in p.zombie_segments)
@@ -403,8 +528,14 @@ class Faults:
         if p is None:
             return False
         segment = next(s for s in p.segments if s not in p.zombie_segments)
-        ts = m.emit("remote_log_metadata", t, shapes.remote_update(
-            p.topic_id, p.index, segment, broker_id=p.leader, state="COPY_SEGMENT_STARTED"), node=p.leader)
+        ts = m.emit(
+            "remote_log_metadata",
+            t,
+            shapes.remote_update(
+                p.topic_id, p.index, segment, broker_id=p.leader, state="COPY_SEGMENT_STARTED"
+            ),
+            node=p.leader,
+        )
         self.record("REMOTE_SEGMENT_INVALID_TRANSITION", ts, p.leader, p)
         self.traffic.delete_segment(t, p, segment, p.leader)
         self.freeze(p, t)

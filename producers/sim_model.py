@@ -125,7 +125,9 @@ class ClusterModel:
     def set_fenced(self, broker_id: int, fenced: bool, true_ms: int) -> None:
         broker = self.brokers[broker_id]
         broker.fenced = fenced
-        self.emit("metadata", true_ms, shapes.broker_change(broker_id, broker.epoch, fenced=1 if fenced else -1))
+        self.emit(
+            "metadata", true_ms, shapes.broker_change(broker_id, broker.epoch, fenced=1 if fenced else -1)
+        )
 
     def begin_shutdown(self, broker_id: int, true_ms: int) -> None:
         broker = self.brokers[broker_id]
@@ -142,21 +144,40 @@ class ClusterModel:
             replicas = self.rng.sample(sorted(self.brokers), replication)
             isr = [r for r in replicas if r in active]  # KIP-841: only active replicas join at creation
             leader = isr[0] if isr else -1
-            p = Partition(name, topic_id, index, replicas, isr, leader, epoch_changed_ms=true_ms,
-                          leader_changed_ms=true_ms)
+            p = Partition(
+                name,
+                topic_id,
+                index,
+                replicas,
+                isr,
+                leader,
+                epoch_changed_ms=true_ms,
+                leader_changed_ms=true_ms,
+            )
             self.partitions[(name, index)] = p
             self.emit("metadata", true_ms, shapes.partition(topic_id, index, replicas, isr, leader))
 
-    def change_partition(self, p: Partition, true_ms: int, *, leader: int | None = None,
-                         isr: list[int] | None = None, replicas: list[int] | None = None) -> None:
-        """Write a PARTITION_CHANGE_RECORD and apply Kafka's epoch arithmetic to the model."""
+    def change_partition(
+        self,
+        p: Partition,
+        true_ms: int,
+        *,
+        leader: int | None = None,
+        isr: list[int] | None = None,
+        replicas: list[int] | None = None,
+    ) -> int:
+        """Write a PARTITION_CHANGE_RECORD and apply Kafka's epoch arithmetic to
+        the model. Returns the record's ``ts_ms``."""
         bump = leader is not None
         if isr is not None and not set(isr) >= set(p.isr) and self.metadata_version < MV_3_6_IV0:
             bump = True
         if replicas is not None and not set(replicas) >= set(p.replicas):
             bump = True
-        ts_ms = self.emit("metadata", true_ms, shapes.partition_change(p.topic_id, p.index, leader=leader, isr=isr,
-                                                                        replicas=replicas))
+        ts_ms = self.emit(
+            "metadata",
+            true_ms,
+            shapes.partition_change(p.topic_id, p.index, leader=leader, isr=isr, replicas=replicas),
+        )
         p.partition_epoch += 1
         if leader is not None and leader != p.leader:
             p.previous_leader = p.leader

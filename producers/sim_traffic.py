@@ -27,19 +27,36 @@ class Traffic:
         p = self.rng.choice(list(self.m.partitions.values())) if self.m.partitions else None
         return p if p is not None and p.leader >= 0 else None
 
-    def alter_partition(self, p: Partition, t: int, sender: int, new_isr: list[int], error: int, *,
-                        version: int = 3, leader_epoch: int | None = None, partition_epoch: int | None = None,
-                        broker_epoch: int | None = None, isr_epochs: dict[int, int] | None = None) -> int:
+    def alter_partition(
+        self,
+        p: Partition,
+        t: int,
+        sender: int,
+        new_isr: list[int],
+        error: int,
+        *,
+        version: int = 3,
+        leader_epoch: int | None = None,
+        partition_epoch: int | None = None,
+        broker_epoch: int | None = None,
+        isr_epochs: dict[int, int] | None = None,
+    ) -> int:
         """The controller's log line for an AlterPartition from ``sender``; when
         ``error`` is NONE the caller has already written the change record."""
         m = self.m
         epochs = isr_epochs if isr_epochs is not None else {b: m.brokers[b].epoch for b in new_isr}
         body = shapes.alter_partition(
-            p.topic, p.topic_id, p.index, broker_id=sender,
+            p.topic,
+            p.topic_id,
+            p.index,
+            broker_id=sender,
             broker_epoch=m.brokers[sender].epoch if broker_epoch is None else broker_epoch,
             leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
             partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
-            new_isr=new_isr, error=error, isr_epochs=epochs, version=version,
+            new_isr=new_isr,
+            error=error,
+            isr_epochs=epochs,
+            version=version,
             result_leader=p.leader if error == NONE else -1,
             result_leader_epoch=p.leader_epoch if error == NONE else -1,
             result_partition_epoch=p.partition_epoch if error == NONE else -1,
@@ -47,13 +64,30 @@ class Traffic:
         )
         return m.emit("request", t, body, node=m.raft.leader)
 
-    def stop_replica(self, p: Partition, t: int, broker: int, leader_epoch: int, error: int, *,
-                     controller_epoch: int | None = None, delete: bool = False) -> int:
+    def stop_replica(
+        self,
+        p: Partition,
+        t: int,
+        broker: int,
+        leader_epoch: int,
+        error: int,
+        *,
+        controller_epoch: int | None = None,
+        delete: bool = False,
+    ) -> int:
         m = self.m
         epoch = m.raft.epoch if controller_epoch is None else controller_epoch
-        body = shapes.stop_replica(p.topic, p.index, leader_epoch, error, controller_epoch=epoch,
-                                   controller_id=m.raft.leader, broker_epoch=m.brokers[broker].epoch,
-                                   delete=delete, correlation_id=m.next_correlation())
+        body = shapes.stop_replica(
+            p.topic,
+            p.index,
+            leader_epoch,
+            error,
+            controller_epoch=epoch,
+            controller_id=m.raft.leader,
+            broker_epoch=m.brokers[broker].epoch,
+            delete=delete,
+            correlation_id=m.next_correlation(),
+        )
         if error == NONE:
             m.accepted_controller_epoch[broker] = max(m.accepted_controller_epoch.get(broker, 0), epoch)
         return m.emit("request", t, body, node=broker)
@@ -72,23 +106,37 @@ class Traffic:
             # A client with stale metadata writes to the former leader, which accepts
             # only while it has not applied the election yet.
             lagging = t - p.leader_changed_ms < self.lag_ms
-            body = shapes.produce(p.topic, p.index, NONE if lagging else NOT_LEADER_OR_FOLLOWER,
-                                  epoch=p.leader_epoch - 1, acks=acks, correlation_id=m.next_correlation())
+            body = shapes.produce(
+                p.topic,
+                p.index,
+                NONE if lagging else NOT_LEADER_OR_FOLLOWER,
+                epoch=p.leader_epoch - 1,
+                acks=acks,
+                correlation_id=m.next_correlation(),
+            )
             m.emit("request", t, body, node=prev)
         elif roll < 0.12 and p.leader_epoch > 0:
-            body = shapes.produce(p.topic, p.index, FENCED_LEADER_EPOCH, epoch=p.leader_epoch - 1, acks=acks,
-                                  correlation_id=m.next_correlation())
+            body = shapes.produce(
+                p.topic,
+                p.index,
+                FENCED_LEADER_EPOCH,
+                epoch=p.leader_epoch - 1,
+                acks=acks,
+                correlation_id=m.next_correlation(),
+            )
             m.emit("request", t, body, node=p.leader)
         else:
             epoch = p.leader_epoch if rng.random() < 0.5 else None  # stock clients send no epoch
-            body = shapes.produce(p.topic, p.index, NONE, epoch=epoch, acks=acks,
-                                  correlation_id=m.next_correlation())
+            body = shapes.produce(
+                p.topic, p.index, NONE, epoch=epoch, acks=acks, correlation_id=m.next_correlation()
+            )
             m.emit("request", t, body, node=p.leader)
 
     def produce_unknown_topic(self, t: int) -> None:
         broker = self.rng.choice(sorted(self.m.brokers))
-        body = shapes.produce("not-created-yet", 0, UNKNOWN_TOPIC_OR_PARTITION, acks=1,
-                              correlation_id=self.m.next_correlation())
+        body = shapes.produce(
+            "not-created-yet", 0, UNKNOWN_TOPIC_OR_PARTITION, acks=1, correlation_id=self.m.next_correlation()
+        )
         self.m.emit("request", t, body, node=broker)
 
     def consumer_fetch(self, t: int) -> None:
@@ -97,8 +145,13 @@ class Traffic:
             return
         stale = p.leader_epoch > 0 and self.rng.random() < 0.1
         epoch = p.leader_epoch - 1 if stale else (p.leader_epoch if self.rng.random() < 0.7 else -1)
-        body = shapes.fetch(p.topic, p.index, FENCED_LEADER_EPOCH if stale else NONE, epoch=epoch,
-                            correlation_id=self.m.next_correlation())
+        body = shapes.fetch(
+            p.topic,
+            p.index,
+            FENCED_LEADER_EPOCH if stale else NONE,
+            epoch=epoch,
+            correlation_id=self.m.next_correlation(),
+        )
         self.m.emit("request", t, body, node=p.leader)
 
     def follower_fetch(self, t: int) -> None:
@@ -106,16 +159,24 @@ class Traffic:
         if p is None or len(p.isr) < 2:
             return
         follower = self.rng.choice([r for r in p.isr if r != p.leader] or [p.leader])
-        body = shapes.fetch(p.topic, p.index, NONE, epoch=p.leader_epoch, replica_id=follower,
-                            correlation_id=self.m.next_correlation(), client_id=f"replica-fetcher-{follower}")
+        body = shapes.fetch(
+            p.topic,
+            p.index,
+            NONE,
+            epoch=p.leader_epoch,
+            replica_id=follower,
+            correlation_id=self.m.next_correlation(),
+            client_id=f"replica-fetcher-{follower}",
+        )
         self.m.emit("request", t, body, node=p.leader)
 
     def list_offsets(self, t: int) -> None:
         p = self.led_partition()
         if p is None:
             return
-        body = shapes.list_offsets(p.topic, p.index, NONE, epoch=p.leader_epoch,
-                                   correlation_id=self.m.next_correlation())
+        body = shapes.list_offsets(
+            p.topic, p.index, NONE, epoch=p.leader_epoch, correlation_id=self.m.next_correlation()
+        )
         self.m.emit("request", t, body, node=p.leader)
 
     # ---- ISR and leadership ---------------------------------------------------------------------
@@ -130,8 +191,9 @@ class Traffic:
             return
         request_epochs = (p.leader_epoch, p.partition_epoch)
         m.change_partition(p, t, isr=new_isr)
-        self.alter_partition(p, t, p.leader, new_isr, NONE, leader_epoch=request_epochs[0],
-                             partition_epoch=request_epochs[1])
+        self.alter_partition(
+            p, t, p.leader, new_isr, NONE, leader_epoch=request_epochs[0], partition_epoch=request_epochs[1]
+        )
 
     def isr_expand(self, t: int) -> None:
         p = self.led_partition()
@@ -146,22 +208,41 @@ class Traffic:
         if m.brokers[joiner].eligible:
             request_epochs = (p.leader_epoch, p.partition_epoch)
             m.change_partition(p, t, isr=new_isr)
-            self.alter_partition(p, t, p.leader, new_isr, NONE, leader_epoch=request_epochs[0],
-                                 partition_epoch=request_epochs[1])
+            self.alter_partition(
+                p,
+                t,
+                p.leader,
+                new_isr,
+                NONE,
+                leader_epoch=request_epochs[0],
+                partition_epoch=request_epochs[1],
+            )
         else:
             # KIP-841: INELIGIBLE_REPLICA from v2, OPERATION_NOT_ATTEMPTED before.
             version = self.rng.choice((1, 3))
-            self.alter_partition(p, t, p.leader, new_isr,
-                                 INELIGIBLE_REPLICA if version >= 2 else OPERATION_NOT_ATTEMPTED, version=version)
+            self.alter_partition(
+                p,
+                t,
+                p.leader,
+                new_isr,
+                INELIGIBLE_REPLICA if version >= 2 else OPERATION_NOT_ATTEMPTED,
+                version=version,
+            )
 
     def stale_alter_partition_rejected(self, t: int) -> None:
         p = self.led_partition()
-        if p is None or p.previous_leader < 0 or p.previous_leader not in self.m.brokers or p.leader_epoch < 1:
+        if (
+            p is None
+            or p.previous_leader < 0
+            or p.previous_leader not in self.m.brokers
+            or p.leader_epoch < 1
+        ):
             return
         if not self.m.brokers[p.previous_leader].registered:
             return
-        self.alter_partition(p, t, p.previous_leader, list(p.isr), FENCED_LEADER_EPOCH,
-                             leader_epoch=p.leader_epoch - 1)
+        self.alter_partition(
+            p, t, p.previous_leader, list(p.isr), FENCED_LEADER_EPOCH, leader_epoch=p.leader_epoch - 1
+        )
 
     def elect_leader(self, t: int) -> None:
         p = self.led_partition()
@@ -176,8 +257,9 @@ class Traffic:
         if self.rng.random() < 0.5:
             # The old leader has not applied the election yet and still accepts a write.
             late = t + self.rng.randint(1, self.lag_ms)
-            body = shapes.produce(p.topic, p.index, NONE, epoch=p.leader_epoch - 1,
-                                  correlation_id=m.next_correlation())
+            body = shapes.produce(
+                p.topic, p.index, NONE, epoch=p.leader_epoch - 1, correlation_id=m.next_correlation()
+            )
             m.emit("request", late, body, node=old)
 
     def _evacuate(self, broker: int, t: int) -> bool:
@@ -250,10 +332,12 @@ class Traffic:
         m.change_partition(p, t, replicas=[*p.replicas, joiner])
         request_epochs = (p.leader_epoch, p.partition_epoch)
         m.change_partition(p, t, isr=[*p.isr, joiner])
-        self.alter_partition(p, t, p.leader, p.isr, NONE, leader_epoch=request_epochs[0],
-                             partition_epoch=request_epochs[1])
-        m.change_partition(p, t, replicas=[r for r in p.replicas if r != leaver],
-                           isr=[r for r in p.isr if r != leaver])
+        self.alter_partition(
+            p, t, p.leader, p.isr, NONE, leader_epoch=request_epochs[0], partition_epoch=request_epochs[1]
+        )
+        m.change_partition(
+            p, t, replicas=[r for r in p.replicas if r != leaver], isr=[r for r in p.isr if r != leaver]
+        )
         # An equal epoch is accepted (KIP-570); some controllers still send no epoch (-1).
         epoch = p.leader_epoch if self.rng.random() < 0.8 else -1
         self.stop_replica(p, t, leaver, epoch, NONE)
@@ -275,7 +359,7 @@ class Traffic:
         if any(not m.movable(p, t) for p in parts):
             return []
         m.emit("metadata", t, shapes.remove_topic(m.topics.pop(name)))
-        rejected = []
+        rejected: list[tuple[int, str, int, int]] = []
         for p in parts:
             del m.partitions[(name, p.index)]
             for broker in p.replicas:
@@ -307,25 +391,57 @@ class Traffic:
         reachable = [v for v in raft.voters if v != candidate and (not old_leader_partitioned or v != old)]
         out: dict[str, int] = {"old": old, "candidate": candidate, "epoch": epoch}
         for voter in reachable:  # pre-votes do not bind (KIP-996)
-            m.emit("request", t, shapes.vote(candidate, epoch, True, pre_vote=True, voter=voter,
-                                             correlation_id=m.next_correlation()), node=voter)
-        m.emit("quorum_state", t, shapes.quorum_state(-1, epoch, candidate, list(raft.voters)), node=candidate)
+            m.emit(
+                "request",
+                t,
+                shapes.vote(
+                    candidate, epoch, True, pre_vote=True, voter=voter, correlation_id=m.next_correlation()
+                ),
+                node=voter,
+            )
+        m.emit(
+            "quorum_state", t, shapes.quorum_state(-1, epoch, candidate, list(raft.voters)), node=candidate
+        )
         for voter in reachable:
-            m.emit("request", t, shapes.vote(candidate, epoch, True, voter=voter,
-                                             correlation_id=m.next_correlation()), node=voter)
-            m.emit("quorum_state", t, shapes.quorum_state(-1, epoch, candidate, list(raft.voters)), node=voter)
-        m.emit("quorum_state", t, shapes.quorum_state(candidate, epoch, candidate, list(raft.voters)),
-               node=candidate)
+            m.emit(
+                "request",
+                t,
+                shapes.vote(candidate, epoch, True, voter=voter, correlation_id=m.next_correlation()),
+                node=voter,
+            )
+            m.emit(
+                "quorum_state", t, shapes.quorum_state(-1, epoch, candidate, list(raft.voters)), node=voter
+            )
+        m.emit(
+            "quorum_state",
+            t,
+            shapes.quorum_state(candidate, epoch, candidate, list(raft.voters)),
+            node=candidate,
+        )
         for voter in reachable:
-            m.emit("request", t, shapes.begin_quorum_epoch(candidate, epoch, correlation_id=m.next_correlation()),
-                   node=voter)
-            m.emit("quorum_state", t, shapes.quorum_state(candidate, epoch, candidate, list(raft.voters)),
-                   node=voter)
+            m.emit(
+                "request",
+                t,
+                shapes.begin_quorum_epoch(candidate, epoch, correlation_id=m.next_correlation()),
+                node=voter,
+            )
+            m.emit(
+                "quorum_state",
+                t,
+                shapes.quorum_state(candidate, epoch, candidate, list(raft.voters)),
+                node=voter,
+            )
         if not old_leader_partitioned and self.rng.random() < 0.5:
             # The deposed leader may serve one more fetch before it learns of the election.
             late = t + self.rng.randint(1, self.lag_ms)
-            m.emit("request", late, shapes.quorum_fetch(old, epoch - 1, sorted(m.brokers)[0],
-                                                          correlation_id=m.next_correlation()), node=old)
+            m.emit(
+                "request",
+                late,
+                shapes.quorum_fetch(
+                    old, epoch - 1, sorted(m.brokers)[0], correlation_id=m.next_correlation()
+                ),
+                node=old,
+            )
         raft.previous_leader, raft.leader, raft.epoch, raft.elected_ms = old, candidate, epoch, t
         return out
 
@@ -345,24 +461,46 @@ class Traffic:
         start = p.next_offset
         p.next_offset += self.rng.randint(100, 1000)
         previous = max((o for e, o in p.cleaner.items() if e < p.leader_epoch), default=0)
-        p.cleaner[p.leader_epoch] = max(p.cleaner.get(p.leader_epoch, previous), start) + self.rng.randint(1, 50)
+        p.cleaner[p.leader_epoch] = max(p.cleaner.get(p.leader_epoch, previous), start) + self.rng.randint(
+            1, 50
+        )
         segment = self._new_segment_id()
         for state in ("COPY_SEGMENT_STARTED", "COPY_SEGMENT_FINISHED"):
-            body = (shapes.remote_segment(p.topic_id, p.index, segment, broker_id=p.leader, start=start,
-                                          end=p.next_offset - 1, leader_epochs={p.leader_epoch: start},
-                                          cleaner=p.cleaner, topic_name=p.topic)
-                    if state == "COPY_SEGMENT_STARTED"
-                    else shapes.remote_update(p.topic_id, p.index, segment, broker_id=p.leader, state=state))
+            body = (
+                shapes.remote_segment(
+                    p.topic_id,
+                    p.index,
+                    segment,
+                    broker_id=p.leader,
+                    start=start,
+                    end=p.next_offset - 1,
+                    leader_epochs={p.leader_epoch: start},
+                    cleaner=p.cleaner,
+                    topic_name=p.topic,
+                )
+                if state == "COPY_SEGMENT_STARTED"
+                else shapes.remote_update(p.topic_id, p.index, segment, broker_id=p.leader, state=state)
+            )
             m.emit("remote_log_metadata", t, body, node=p.leader)
         p.segments.append(segment)
         return segment
 
-    def delete_segment(self, t: int, p: Partition, segment: str, broker: int, *, skip_start: bool = False) -> int:
+    def delete_segment(
+        self, t: int, p: Partition, segment: str, broker: int, *, skip_start: bool = False
+    ) -> int:
         ts = 0
-        states = ("DELETE_SEGMENT_FINISHED",) if skip_start else ("DELETE_SEGMENT_STARTED", "DELETE_SEGMENT_FINISHED")
+        states = (
+            ("DELETE_SEGMENT_FINISHED",)
+            if skip_start
+            else ("DELETE_SEGMENT_STARTED", "DELETE_SEGMENT_FINISHED")
+        )
         for state in states:
-            ts = self.m.emit("remote_log_metadata", t, shapes.remote_update(p.topic_id, p.index, segment,
-                                                                           broker_id=broker, state=state), node=broker)
+            ts = self.m.emit(
+                "remote_log_metadata",
+                t,
+                shapes.remote_update(p.topic_id, p.index, segment, broker_id=broker, state=state),
+                node=broker,
+            )
         if segment in p.segments:
             p.segments.remove(segment)
         return ts
@@ -379,9 +517,17 @@ class Traffic:
         if p is None or not self.m.brokers[p.leader].registered:
             return
         segment = self._new_segment_id()
-        body = shapes.remote_segment(p.topic_id, p.index, segment, broker_id=p.leader, start=p.next_offset,
-                                     end=p.next_offset + 10, leader_epochs={p.leader_epoch: p.next_offset},
-                                     cleaner=p.cleaner, topic_name=p.topic)
+        body = shapes.remote_segment(
+            p.topic_id,
+            p.index,
+            segment,
+            broker_id=p.leader,
+            start=p.next_offset,
+            end=p.next_offset + 10,
+            leader_epochs={p.leader_epoch: p.next_offset},
+            cleaner=p.cleaner,
+            topic_name=p.topic,
+        )
         self.m.emit("remote_log_metadata", t, body, node=p.leader)
         p.segments.append(segment)
         self.delete_segment(t, p, segment, p.leader)

@@ -61,7 +61,9 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         if self.skew_ms * 4 > self.grace_ms:
-            raise ValueError("skew_ms must be at most a quarter of grace_ms, or legitimate lag looks like a fault")
+            raise ValueError(
+                "skew_ms must be at most a quarter of grace_ms, or legitimate lag looks like a fault"
+            )
         if not 0 <= self.fault_rate <= 1:
             raise ValueError("fault_rate is a probability between 0 and 1")
         if self.brokers < 4:
@@ -72,13 +74,16 @@ class Simulator:
     def __init__(self, config: SimConfig):
         self.config = config
         self.rng = random.Random(config.seed)
-        self.model = ClusterModel(config.cluster, self.rng, skew_ms=config.skew_ms,
-                                  metadata_version=config.metadata_version)
+        self.model = ClusterModel(
+            config.cluster, self.rng, skew_ms=config.skew_ms, metadata_version=config.metadata_version
+        )
         self.traffic = Traffic(self.model, config.grace_ms)
         self.faults = Faults(self.model, self.traffic, config.grace_ms, config.skew_ms)
         unknown = set(config.faults) - set(self.faults.injectors)
         if unknown:
-            raise ValueError(f"no fault injector for {sorted(unknown)}; known: {sorted(self.faults.injectors)}")
+            raise ValueError(
+                f"no fault injector for {sorted(unknown)}; known: {sorted(self.faults.injectors)}"
+            )
         self.enabled = sorted(config.faults or self.faults.injectors)
         self.injected: dict[str, int] = {}
         self._actions = list(ACTION_WEIGHTS)
@@ -94,8 +99,12 @@ class Simulator:
         m.emit("metadata", t, shapes.feature_level(cfg.metadata_version))
         m.raft.epoch, m.raft.elected_ms = 5, t
         for voter in m.raft.voters:
-            m.emit("quorum_state", t, shapes.quorum_state(m.raft.leader, 5, m.raft.leader, list(m.raft.voters)),
-                   node=voter)
+            m.emit(
+                "quorum_state",
+                t,
+                shapes.quorum_state(m.raft.leader, 5, m.raft.leader, list(m.raft.voters)),
+                node=voter,
+            )
         for broker in range(1, cfg.brokers + 1):
             m.register(broker, t)
             m.set_fenced(broker, False, t)

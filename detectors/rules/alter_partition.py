@@ -36,7 +36,9 @@ class AlterPartitionStaleEpochAccepted(Rule):
 class AlterPartitionStaleBrokerEpochAccepted(Rule):
     """KIP-903. The controller answered NONE to an AlterPartition whose
     ``brokerEpoch`` (not -1) matches none of the sender's registered epochs in
-    the grace window: a previous incarnation of the broker changed the ISR.
+    the grace window (both ways: a failover can hand the controller role to a
+    node whose clock runs behind the one that logged the registration): a
+    previous incarnation of the broker changed the ISR.
     ``node`` is the controller. Not a violation: -1 (older senders); the epoch
     of a registration replaced within the grace window; STALE_BROKER_EPOCH
     answers."""
@@ -62,11 +64,11 @@ class AlterPartitionErrorVersionMismatch(Rule):
 def judge(cs: ClusterState, env: Envelope, header: Header, request: AlterPartition) -> None:
     if request.error != KafkaError.NONE:
         return  # the whole request was rejected: fencing working
-    identity = (header.request_ref,)
+    identity = (header.request_ref, env.ts_ms)
     grace = cs.config.grace_ms
     accepted = [p for p in request.partitions if p.error == KafkaError.NONE]
     if accepted and request.broker_epoch != -1:
-        states = cs.view.broker_window(request.broker_id, env.ts_ms - grace, env.ts_ms)
+        states = cs.view.broker_window(request.broker_id, env.ts_ms - grace, env.ts_ms + grace)
         if not states:
             cs.unverified("unknown broker")
         elif all(s.epoch != request.broker_epoch for s in states):
@@ -109,7 +111,7 @@ def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: Alter
             env,
             message=f"controller {env.node} answered {wrong} for {tp}",
             node=env.node,
-            identity=(header.request_ref,),
+            identity=(header.request_ref, env.ts_ms),
             partition_key=(key, entry.partition) if key else None,
         )
 
@@ -119,13 +121,13 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
     if found is None:
         return
     key, _ = found
+    tp = cs.describe(key)
     history = cs.view.partition(key)
     assert history is not None
     # The controller is the authority: no grace, the state it replaced or held then.
     before = _state_replaced(cs, key, env.ts_ms, entry.result_partition_epoch) or history.at(env.ts_ms)
     if before is None:
         return
-    tp = f"{entry.topic or entry.topic_id}-{entry.partition}"
     if entry.leader_epoch < before.leader_epoch or entry.partition_epoch < before.partition_epoch:
         cs.emit(
             AlterPartitionStaleEpochAccepted,
@@ -134,7 +136,7 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
             f"{entry.leader_epoch}/partitionEpoch {entry.partition_epoch} while the partition was at "
             f"{before.leader_epoch}/{before.partition_epoch}",
             node=env.node,
-            identity=(header.request_ref,),
+            identity=(header.request_ref, env.ts_ms),
             evidence=[before.source],
             partition_key=key,
         )
@@ -142,7 +144,7 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
     for replica, epoch in entry.isr_epochs.items():
         if replica in before.isr or epoch == -1:
             continue
-        registered = cs.view.broker_window(replica, env.ts_ms - grace, env.ts_ms)
+        registered = cs.view.broker_window(replica, env.ts_ms - grace, env.ts_ms + grace)
         if registered and all(s.epoch != epoch for s in registered):
             cs.emit(
                 IsrIneligibleReplicaAdmitted,

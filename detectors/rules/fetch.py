@@ -6,11 +6,14 @@ from typing import TYPE_CHECKING
 
 from detectors.envelope import Envelope
 from detectors.errors import KafkaError
-from detectors.requests import Header, PartitionOutcome
+from detectors.requests import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, Header, PartitionOutcome
 from detectors.rules.base import Rule, register
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
+
+
+API_NAMES = {FETCH: "FETCH", LIST_OFFSETS: "LIST_OFFSETS", OFFSET_FOR_LEADER_EPOCH: "OFFSET_FOR_LEADER_EPOCH"}
 
 
 @register
@@ -43,11 +46,11 @@ def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[Partit
             cs.emit(
                 FetchStaleEpochServed,
                 env,
-                message=f"broker {env.node} served api {header.api_key} on "
+                message=f"broker {env.node} served {API_NAMES[header.api_key]} on "
                 f"{outcome.topic or key[0]}-{outcome.partition} for stale currentLeaderEpoch "
                 f"{outcome.epoch} (leader epoch {oldest})",
                 node=env.node,
-                identity=(header.request_ref,),
+                identity=(header.request_ref, env.ts_ms),
                 evidence=[states[0].source],
                 partition_key=key,
             )

@@ -48,7 +48,7 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
     after, before, env = change.after, change.before, change.env
     if before is None and after.partition_epoch > 0:
         return  # a snapshot re-stating an existing partition, not a decision being made
-    tp = f"{change.key[0]}-{change.key[1]}"
+    tp = cs.describe(change.key)
     for replica in after.isr:
         if before is not None and replica in before.isr:
             continue

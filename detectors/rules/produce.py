@@ -69,7 +69,7 @@ def judge(
         if found is None:
             continue
         key, states = found
-        identity = (header.request_ref,)
+        identity = (header.request_ref, env.ts_ms)
         oldest = min(s.leader_epoch for s in states)
         newest = max(s.leader_epoch for s in states)
         evidence = [states[0].source] if len(states) == 1 else [states[0].source, states[-1].source]

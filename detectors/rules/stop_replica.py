@@ -67,7 +67,7 @@ class StopReplicaStaleControllerAccepted(Rule):
 
 def judge(cs: ClusterState, env: Envelope, header: Header, request: StopReplica) -> None:
     node = env.node
-    identity = (header.request_ref,)
+    identity = (header.request_ref, env.ts_ms)
     accepted = cs.controller_epochs.get(node) if node is not None else None
     previous = accepted.at(env.ts_ms - 1) if accepted else None
     if request.error == KafkaError.NONE and previous and request.controller_epoch < previous[0]:

@@ -1,0 +1,117 @@
+"""The streaming job: Kafka events in, alerts and dead letters out.
+
+source (fencewatch-kafka, or Spark's kafka connector)
+  -> key each record by cluster (the record key, else the envelope's field)
+  -> groupBy(cluster).transformWithStateInPandas(DetectorProcessor), RocksDB state
+  -> foreachBatch: alerts topic + console, dead-letter topic
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TextIO
+
+from detectors.config import DetectorConfig
+from streaming.kafka_source import read_events
+from streaming.processor import DetectorProcessor
+from streaming.schema import OUTPUT_SCHEMA
+from streaming.sinks import Sinks, TopicSink
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    bootstrap_servers: str
+    topic: str
+    checkpoint: str
+    alerts_topic: str = "fencewatch-alerts"
+    dead_letter_topic: str = "fencewatch-dead-letters"
+    kafka_config: dict[str, str] = field(default_factory=dict)  # librdkafka settings (TLS/SASL)
+    starting_offsets: str = "earliest"
+    max_events_per_trigger: int | None = None
+    trigger_seconds: float = 1.0
+    idle_flush_ms: int = 10_000
+    use_builtin_kafka: bool = False
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+
+
+def spark_session(
+    master: str = "local[2]", app_name: str = "fencewatch", shuffle_partitions: int = 2
+) -> SparkSession:
+    """A session set up for the job: RocksDB state, workers on this interpreter."""
+    from pyspark.sql import SparkSession
+
+    # Spark starts Python workers from the JVM's environment: use this venv's interpreter.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", os.environ.get("FENCEWATCH_DRIVER_HOST", "127.0.0.1"))
+        .getOrCreate()
+    )
+
+
+def start(
+    spark: SparkSession,
+    options: JobOptions,
+    console: TextIO | None = sys.stdout,
+    on_alert: Callable[[str], None] | None = None,
+) -> StreamingQuery:
+    """Start the job; it runs until the returned query is stopped."""
+    from pyspark.sql import functions as F
+
+    # The provider must be set before the first stateful query of the session.
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+    source_options = {
+        "kafka.bootstrap.servers": options.bootstrap_servers,
+        "subscribe": options.topic,
+        "startingOffsets": options.starting_offsets,
+        **{f"kafka.{k}": v for k, v in options.kafka_config.items()},
+    }
+    if options.max_events_per_trigger:
+        source_options["maxEventsPerTrigger"] = str(options.max_events_per_trigger)
+    events = read_events(spark, source_options, use_builtin_kafka=options.use_builtin_kafka)
+    keyed = events.select(
+        F.coalesce(
+            F.col("key"), F.get_json_object(F.col("value").cast("string"), "$.cluster"), F.lit("")
+        ).alias("cluster"),
+        "value",
+        "topic",
+        "partition",
+        "offset",
+    )
+    processor = DetectorProcessor(
+        options.detector, scope=options.checkpoint, idle_flush_ms=options.idle_flush_ms
+    )
+    detected = keyed.groupBy("cluster").transformWithStateInPandas(
+        statefulProcessor=processor,
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="ProcessingTime",
+    )
+    sinks = Sinks(
+        TopicSink(options.bootstrap_servers, options.alerts_topic, options.kafka_config),
+        TopicSink(options.bootstrap_servers, options.dead_letter_topic, options.kafka_config),
+        console=console,
+        on_alert=on_alert,
+    )
+    return (
+        detected.writeStream.foreachBatch(sinks)
+        .option("checkpointLocation", options.checkpoint)
+        .trigger(processingTime=f"{options.trigger_seconds} seconds")
+        .queryName("fencewatch")
+        .start()
+    )

@@ -1,0 +1,137 @@
+"""The stateful operator: the detection core inside ``transformWithStateInPandas``.
+
+Grouped by cluster; each group's rows are the cluster's raw event records of
+one micro-batch, handled in topic order (partition, offset) exactly as
+``fencewatch replay`` handles a file, so both raise the same alerts.
+A processing-time timer flushes judgments still waiting for their grace
+window when a cluster's events stop arriving (the streaming counterpart of
+replay's end of input).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from detectors.config import DetectorConfig
+from detectors.engine import Detector
+from detectors.envelope import DeadLetter, Envelope, parse_envelope
+from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row
+from streaming.state import DETECTOR_SCHEMA, PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA, PartitionStore
+
+# Detectors this worker process already holds: (query scope, cluster) -> (version, detector).
+_LIVE: dict[tuple[str, str], tuple[int, Detector]] = {}
+
+
+class DetectorProcessor(StatefulProcessor):
+    def __init__(self, config: DetectorConfig, scope: str, idle_flush_ms: int):
+        """``scope`` names the query (its checkpoint), so several queries in one
+        worker never share a cached detector; ``idle_flush_ms`` is how long a
+        cluster may be silent before waiting judgments are made anyway."""
+        self.config = config
+        self.scope = scope
+        self.idle_flush_ms = idle_flush_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.snapshot = handle.getValueState("detector", DETECTOR_SCHEMA)
+        self.partitions = handle.getMapState("partitions", PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA)
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    def _load(self, cluster: str) -> tuple[int, Detector]:
+        stored = self.snapshot.get()
+        version = int(stored[0]) if stored is not None else 0
+        live = _LIVE.get((self.scope, cluster))
+        if live is not None and live[0] == version:
+            detector = live[1]
+        elif stored is not None:
+            detector = pickle.loads(stored[1])
+        else:
+            detector = Detector(self.config)
+            detector.cluster(cluster).view.partitions = PartitionStore()
+        store = detector.cluster(cluster).view.partitions
+        assert isinstance(store, PartitionStore)
+        store.attach(self.partitions)
+        return version, detector
+
+    def _save(self, cluster: str, version: int, detector: Detector) -> None:
+        store = detector.cluster(cluster).view.partitions
+        assert isinstance(store, PartitionStore)
+        store.flush()
+        version += 1
+        self.snapshot.update((version, pickle.dumps(detector, protocol=pickle.HIGHEST_PROTOCOL)))
+        _LIVE[(self.scope, cluster)] = (version, detector)
+
+    def _rearm_idle_timer(self, detector: Detector, now_ms: int) -> None:
+        for expiry in list(self.handle.listTimers()):
+            self.handle.deleteTimer(expiry)
+        if detector.pending_count():
+            self.handle.registerTimer(now_ms + self.idle_flush_ms)
+
+    # ---- the operator ----------------------------------------------------------------------------
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        cluster = key[0]
+        version, detector = self._load(cluster)
+        out: list[dict[str, Any]] = []
+        batch = pd.concat(list(rows), ignore_index=True).sort_values(["partition", "offset"], kind="stable")
+        for topic, partition, offset, value in zip(
+            batch["topic"], batch["partition"], batch["offset"], batch["value"], strict=True
+        ):
+            position = f"{topic}/{partition}@{offset}"
+            item = parse_envelope(value, position, int(offset))
+            if isinstance(item, Envelope) and item.cluster != cluster:
+                item = DeadLetter(
+                    position,
+                    f"record key {cluster!r} differs from the envelope's cluster "
+                    f"{item.cluster!r}: publish records keyed by cluster",
+                    _text(value),
+                )
+            if isinstance(item, DeadLetter):
+                out.append(dead_letter_row(cluster, item, int(partition), int(offset)))
+                continue
+            letter = detector.ingest(item)
+            if letter is not None:
+                out.append(
+                    dead_letter_row(
+                        cluster,
+                        DeadLetter(letter.position, letter.reason, _text(value)),
+                        int(partition),
+                        int(offset),
+                    )
+                )
+            out.extend(alert_row(a) for a in detector.drain())
+        self._save(cluster, version, detector)
+        self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs())
+        if out:
+            yield pd.DataFrame(out, columns=OUTPUT_COLUMNS)
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        cluster = key[0]
+        version, detector = self._load(cluster)
+        detector.flush()
+        alerts = [alert_row(a) for a in detector.drain()]
+        self._save(cluster, version, detector)
+        if alerts:
+            yield pd.DataFrame(alerts, columns=OUTPUT_COLUMNS)
+
+    def close(self) -> None:
+        pass
+
+
+def _text(value: Any) -> str:
+    return bytes(value).decode("utf-8", errors="replace") if value is not None else ""

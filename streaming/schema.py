@@ -1,0 +1,58 @@
+"""The one schema module of the streaming job: what the stateful operator
+emits, and how alerts and dead letters become rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from detectors.alerts import Alert
+from detectors.envelope import DeadLetter, dumps
+
+ALERT, DEAD_LETTER = "alert", "dead_letter"
+
+# record_type: ALERT or DEAD_LETTER; id: alert_id, or the record's position;
+# payload: the SPEC section 3 alert JSON, or the dead letter JSON.
+OUTPUT_SCHEMA = StructType(
+    [
+        StructField("record_type", StringType(), False),
+        StructField("cluster", StringType(), False),
+        StructField("id", StringType(), False),
+        StructField("ts_ms", LongType(), True),
+        StructField("source_partition", IntegerType(), True),
+        StructField("source_offset", LongType(), True),
+        StructField("payload", StringType(), False),
+    ]
+)
+OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
+
+
+def alert_row(alert: Alert) -> dict[str, Any]:
+    return {
+        "record_type": ALERT,
+        "cluster": alert.cluster,
+        "id": alert.alert_id,
+        "ts_ms": alert.ts_ms,
+        "source_partition": None,
+        "source_offset": None,
+        "payload": dumps(alert.to_dict()),
+    }
+
+
+def dead_letter_row(cluster: str, letter: DeadLetter, partition: int, offset: int) -> dict[str, Any]:
+    record = {
+        **letter.to_dict(),
+        "cluster": cluster or None,
+        "source_partition": partition,
+        "source_offset": offset,
+    }
+    return {
+        "record_type": DEAD_LETTER,
+        "cluster": cluster,
+        "id": letter.position,
+        "ts_ms": None,
+        "source_partition": partition,
+        "source_offset": offset,
+        "payload": dumps(record),
+    }
