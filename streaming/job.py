@@ -53,15 +53,19 @@ def spark_session(
     # Spark starts Python workers from the JVM's environment: use this venv's interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    return (
+    session = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", os.environ.get("FENCEWATCH_DRIVER_HOST", "127.0.0.1"))
         .getOrCreate()
     )
+    # Alerts go to stdout; Spark's INFO/WARN chatter would bury them.
+    session.sparkContext.setLogLevel(os.environ.get("FENCEWATCH_SPARK_LOG_LEVEL", "ERROR"))
+    return session
 
 
 def start(

@@ -87,7 +87,7 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Judgment]:
         cs.remote.segments[event.segment_id] = segment
     old, new = segment.state, event.state
     judgments: list[Judgment] = []
-    name = f"segment {segment.segment_id} of {segment.key[0]}-{segment.key[1]}"
+    name = f"segment {segment.segment_id} of {cs.describe(segment.key)}"
     if new == DELETE_FINISHED and old not in (DELETE_STARTED, DELETE_FINISHED):
         cs.emit(
             RemoteSegmentZombieDelete,
@@ -189,7 +189,7 @@ def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:
             RemoteSegmentZombieDelete,
             env,
             message=f"broker {broker}, not the leader ({sorted(leaders)}), deleted segment "
-            f"{segment.segment_id} of {key[0]}-{key[1]} that is still valid",
+            f"{segment.segment_id} of {cs.describe(key)} that is still valid",
             node=broker,
             identity=(segment.segment_id,),
             evidence=[states[-1].source, Evidence.of("view", request, f"broker {broker} requested deletion")],

@@ -306,6 +306,7 @@ def test_the_same_seed_gives_the_same_bytes_and_alert_ids(seed, events, fault_ra
 
 # ---- a known detector bug, found by the properties above ----------------------------------------
 
+
 def failover_history(restarted: int) -> list[Envelope]:
     """Broker ``restarted`` re-registers with epoch 60 at 5200 ms by the active
     controller's clock; the controller fails over to a node whose clock is
