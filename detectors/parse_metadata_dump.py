@@ -43,6 +43,7 @@ from typing import Any
 import orjson
 
 from detectors.envelope import BadRecord, DeadLetter, Envelope, envelope_from_obj
+from detectors.lines import decode_line
 
 _RECORD = re.compile(r"\|\s*offset: (-?\d+) (\w+): (-?\d+)(.*)")
 _PAYLOAD_ONLY = re.compile(r"\|?\s*payload: ")
@@ -162,7 +163,7 @@ def _parse(
     seq = 0
     for number, raw in enumerate(lines, start=1):
         counts.lines += 1
-        text, utf8_error = _decode(raw)
+        text, utf8_error = decode_line(raw)
         position = f"{source}:{number}"
         is_record = text.startswith("|") or _PAYLOAD_ONLY.match(text) is not None
         if not is_record:
@@ -186,17 +187,6 @@ def _parse(
         elif isinstance(item, DeadLetter):
             counts.dead_letters += 1
             yield item
-
-
-def _decode(raw: bytes | str) -> tuple[str, str | None]:
-    """The line without its terminator, and a description of bad UTF-8 if any."""
-    if isinstance(raw, str):
-        return raw.rstrip("\r\n"), None
-    try:
-        return raw.decode("utf-8").rstrip("\r\n"), None
-    except UnicodeDecodeError as exc:
-        problem = f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
-        return raw.decode("utf-8", errors="replace").rstrip("\r\n"), problem
 
 
 def _other_line(text: str, section: _Section) -> _Section:

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from detectors.envelope import BadRecord, DeadLetter, Envelope, envelope_from_obj
+from detectors.lines import decode_line
 
 REQUEST_LOGGER_SUFFIX = "(kafka.request.logger)"
 COMPLETED_MARKER = "Completed request:"
@@ -135,17 +136,6 @@ class _LogClock:
         return self._second_ms + int(match.group(7))
 
 
-def _decode(raw: bytes | str) -> tuple[str, str | None]:
-    """The line without its terminator, and a description of bad UTF-8 if any."""
-    if isinstance(raw, str):
-        return raw.rstrip("\r\n"), None
-    try:
-        return raw.decode("utf-8").rstrip("\r\n"), None
-    except UnicodeDecodeError as exc:
-        problem = f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
-        return raw.decode("utf-8", errors="replace").rstrip("\r\n"), problem
-
-
 def _check_identity(cluster: str, node: int) -> None:
     if not isinstance(cluster, str) or not cluster:
         raise ValueError("cluster must be a non-empty string")
@@ -207,7 +197,7 @@ def _parse(
 
     for number, raw in enumerate(lines, start=1):
         counts.lines += 1
-        text, utf8_error = _decode(raw)
+        text, utf8_error = decode_line(raw)
         if number == 1:
             text = text.removeprefix("\ufeff")
         start = _RECORD_START.match(text)

@@ -364,6 +364,12 @@ class Faults:
     def _freeze_raft(self, until_ms: int) -> None:
         self.m.raft.frozen_until_ms = max(self.m.raft.frozen_until_ms, until_ms)
 
+    def _back_to_follower(self, node: int, t: int) -> None:
+        """``node`` persists the true quorum state again, ending a quorum fault."""
+        raft = self.m.raft
+        state = shapes.quorum_state(raft.leader, raft.epoch, raft.leader, list(raft.voters))
+        self.m.emit("quorum_state", t, state, node=node)
+
     def two_leaders(self, t: int) -> bool:
         m = self.m
         if not self._raft_settled(t):
@@ -379,12 +385,7 @@ class Faults:
             shapes.quorum_state(usurper, raft.epoch, raft.leader, list(raft.voters)),
             node=usurper,
         )
-        m.emit(
-            "quorum_state",
-            t + 5,
-            shapes.quorum_state(raft.leader, raft.epoch, raft.leader, list(raft.voters)),
-            node=usurper,
-        )
+        self._back_to_follower(usurper, t + 5)
         self.record("QUORUM_TWO_LEADERS_IN_EPOCH", ts, usurper)
         self._freeze_raft(t + self.margin_ms)
         return True
@@ -398,12 +399,7 @@ class Faults:
         ts = m.emit(
             "quorum_state", t, shapes.quorum_state(-1, raft.epoch - 1, -1, list(raft.voters)), node=follower
         )
-        m.emit(
-            "quorum_state",
-            t + 5,
-            shapes.quorum_state(raft.leader, raft.epoch, raft.leader, list(raft.voters)),
-            node=follower,
-        )
+        self._back_to_follower(follower, t + 5)
         self.record("QUORUM_EPOCH_REGRESSION", ts, follower)
         self._freeze_raft(t + self.margin_ms)
         return True
