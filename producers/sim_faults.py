@@ -260,21 +260,10 @@ class Faults:
         if p is None:
             return False
         joiner = self.rng.choice([r for r in p.replicas if r not in p.isr and m.brokers[r].eligible])
-        epochs = (p.leader_epoch, p.partition_epoch)
         new_isr = [*p.isr, joiner]
-        m.change_partition(p, t, isr=new_isr)
         isr_epochs = {b: m.brokers[b].epoch for b in new_isr}
         isr_epochs[joiner] -= 7
-        ts = self.traffic.alter_partition(
-            p,
-            t,
-            p.leader,
-            new_isr,
-            NONE,
-            leader_epoch=epochs[0],
-            partition_epoch=epochs[1],
-            isr_epochs=isr_epochs,
-        )
+        ts = self.traffic.accepted_isr_change(p, t, p.leader, new_isr, isr_epochs=isr_epochs)
         self.record("ISR_INELIGIBLE_REPLICA_ADMITTED", ts, joiner, p)
         self.freeze(p, t)
         return True
@@ -291,6 +280,10 @@ class Faults:
         self.freeze(p, t)
         return True
 
+    def _without_a_follower(self, p: Partition) -> list[int]:
+        follower = self.rng.choice([x for x in p.isr if x != p.leader])
+        return [r for r in p.isr if r != follower]
+
     def _shrinkable(self, t: int) -> Callable[[Partition], bool]:
         m = self.m
         return lambda q: (
@@ -304,13 +297,9 @@ class Faults:
         if p is None:
             return False
         zombie = p.previous_leader
-        new_isr = [
-            r for r in p.isr if r == p.leader or r != self.rng.choice([x for x in p.isr if x != p.leader])
-        ]
-        epochs = (p.leader_epoch - 1, p.partition_epoch - 1)
-        m.change_partition(p, t, isr=new_isr)
-        ts = self.traffic.alter_partition(
-            p, t, zombie, new_isr, NONE, leader_epoch=epochs[0], partition_epoch=epochs[1]
+        new_isr = self._without_a_follower(p)
+        ts = self.traffic.accepted_isr_change(
+            p, t, zombie, new_isr, leader_epoch=p.leader_epoch - 1, partition_epoch=p.partition_epoch - 1
         )
         self.record("ALTER_PARTITION_STALE_EPOCH_ACCEPTED", ts, m.raft.leader, p)
         self.freeze(p, t)
@@ -321,20 +310,9 @@ class Faults:
         p = self.pick(self._shrinkable(t))
         if p is None:
             return False
-        new_isr = [
-            r for r in p.isr if r == p.leader or r != self.rng.choice([x for x in p.isr if x != p.leader])
-        ]
-        epochs = (p.leader_epoch, p.partition_epoch)
-        m.change_partition(p, t, isr=new_isr)
-        ts = self.traffic.alter_partition(
-            p,
-            t,
-            p.leader,
-            new_isr,
-            NONE,
-            leader_epoch=epochs[0],
-            partition_epoch=epochs[1],
-            broker_epoch=m.brokers[p.leader].epoch - 3,
+        new_isr = self._without_a_follower(p)
+        ts = self.traffic.accepted_isr_change(
+            p, t, p.leader, new_isr, broker_epoch=m.brokers[p.leader].epoch - 3
         )
         self.record("ALTER_PARTITION_STALE_BROKER_EPOCH_ACCEPTED", ts, m.raft.leader)
         self.freeze(p, t)

@@ -5,6 +5,8 @@ members, pre-votes, retention deletes...)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from producers import shapes
 from producers.sim_model import ClusterModel, Partition
 
@@ -63,6 +65,17 @@ class Traffic:
             correlation_id=m.next_correlation(),
         )
         return m.emit("request", t, body, node=m.raft.leader)
+
+    def accepted_isr_change(
+        self, p: Partition, t: int, sender: int, new_isr: list[int], **request: Any
+    ) -> int:
+        """The controller accepts an AlterPartition: it writes the change record,
+        then logs the request, which carried the epochs of the state it replaced
+        unless ``request`` overrides them. Returns the log line's ``ts_ms``."""
+        request.setdefault("leader_epoch", p.leader_epoch)
+        request.setdefault("partition_epoch", p.partition_epoch)
+        self.m.change_partition(p, t, isr=new_isr)
+        return self.alter_partition(p, t, sender, new_isr, NONE, **request)
 
     def stop_replica(
         self,
@@ -189,11 +202,7 @@ class Traffic:
         new_isr = [r for r in p.isr if r != self.rng.choice([r for r in p.isr if r != p.leader])]
         if p.leader not in new_isr:
             return
-        request_epochs = (p.leader_epoch, p.partition_epoch)
-        m.change_partition(p, t, isr=new_isr)
-        self.alter_partition(
-            p, t, p.leader, new_isr, NONE, leader_epoch=request_epochs[0], partition_epoch=request_epochs[1]
-        )
+        self.accepted_isr_change(p, t, p.leader, new_isr)
 
     def isr_expand(self, t: int) -> None:
         p = self.led_partition()
@@ -206,17 +215,7 @@ class Traffic:
         joiner = self.rng.choice(outside)
         new_isr = [*p.isr, joiner]
         if m.brokers[joiner].eligible:
-            request_epochs = (p.leader_epoch, p.partition_epoch)
-            m.change_partition(p, t, isr=new_isr)
-            self.alter_partition(
-                p,
-                t,
-                p.leader,
-                new_isr,
-                NONE,
-                leader_epoch=request_epochs[0],
-                partition_epoch=request_epochs[1],
-            )
+            self.accepted_isr_change(p, t, p.leader, new_isr)
         else:
             # KIP-841: INELIGIBLE_REPLICA from v2, OPERATION_NOT_ATTEMPTED before.
             version = self.rng.choice((1, 3))
@@ -330,11 +329,7 @@ class Traffic:
             return
         joiner, leaver = self.rng.choice(spare), self.rng.choice(leaving)
         m.change_partition(p, t, replicas=[*p.replicas, joiner])
-        request_epochs = (p.leader_epoch, p.partition_epoch)
-        m.change_partition(p, t, isr=[*p.isr, joiner])
-        self.alter_partition(
-            p, t, p.leader, p.isr, NONE, leader_epoch=request_epochs[0], partition_epoch=request_epochs[1]
-        )
+        self.accepted_isr_change(p, t, p.leader, [*p.isr, joiner])
         m.change_partition(
             p, t, replicas=[r for r in p.replicas if r != leaver], isr=[r for r in p.isr if r != leaver]
         )
