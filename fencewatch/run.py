@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any
 
@@ -93,6 +94,10 @@ def kafka_settings(pairs: list[str]) -> dict[str, str]:
     return settings
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
     from streaming.job import JobOptions, spark_session, start
 
@@ -110,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
         use_builtin_kafka=args.use_builtin_kafka,
         detector=detector_config(args),
     )
+    # Orchestrators stop services with SIGTERM: treat it as Ctrl-C, so the query
+    # stops and the checkpoint stays consistent (an interrupted batch re-runs).
+    signal.signal(signal.SIGTERM, _interrupt)
     spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions)
     query = start(spark, options, console=None if args.quiet else sys.stdout)
     print(
