@@ -1,0 +1,598 @@
+"""How fast the streaming job (``streaming/job.py``, PySpark, local[2]) keeps up
+with Kafka, next to the simplest alternative: one plain confluent-kafka consumer
+feeding the same Detector in a single Python process.
+
+    .venv/bin/python benchmarks/streaming_throughput.py
+    .venv/bin/python benchmarks/streaming_throughput.py --events 300000 --rate 2000 --rate 20000 \
+        --latency-seconds 40 --partitions 1000 --partitions 100000
+
+Everything runs against the embedded broker (tansu), in one run, and every
+figure printed is measured in that run:
+
+(a) sustained throughput of the Spark job: ``--events`` simulated envelopes are
+    published first, then the job starts (``--max-events-per-trigger`` per
+    micro-batch); the rate is total rows / (end of the last batch with input -
+    start of the first batch with input), from ``query.recentProgress``; Spark
+    session start-up is excluded, the first batch's Python-worker start is not.
+    The median of the per-batch rates (rows / triggerExecution) is printed too.
+(b) the same topic read by a plain single-process consumer (``assign()`` to
+    every partition, parse + ``Detector.ingest`` + ``drain``, ``flush`` at the
+    end), ``--repeat`` times, median.
+(c) event-to-alert latency at fixed input rates (``--rate``, repeatable):
+    simulated events with faults are published at that rate; the Spark job and
+    a plain consumer (a separate process) read the topic live. For each injected
+    violation (ground truth) latency = wall time its alert arrived (``on_alert``
+    / the consumer's ``drain``) - wall time the violating event (same ts_ms and
+    node) was handed to the producer. Judgments wait grace_ms + lateness_ms of
+    event time by design. Violations in the last grace+lateness+2 s of the
+    stream are left out (their judgment waits for the idle flush instead).
+(d) batch time and memory as tracked partitions grow (``--partitions``,
+    repeatable): a fresh topic gets a small simulated cluster plus extra
+    TOPIC/PARTITION_RECORDs; the job consumes them, then ``--steady-batches``
+    batches of ``--steady-events`` traffic events are published one at a time
+    and each batch's duration is recorded; RSS of this driver process, the JVM
+    and the Python workers is read from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import multiprocessing as mp
+import os
+import pickle
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from detectors.config import DetectorConfig
+from detectors.engine import Detector
+from detectors.envelope import envelope_from_obj
+from detectors.truth import match_key
+
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE_KB / 1024
+    except OSError:
+        return 0.0
+
+
+def descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, comm) of every live descendant of ``root``."""
+    children: dict[int, list[int]] = {}
+    comm: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+        comm[int(entry)] = name
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append((child, comm[child]))
+            todo.append(child)
+    return out
+
+
+def memory() -> dict[str, float]:
+    """RSS in MB: this driver process, the JVM(s), the Spark Python workers."""
+    mem = {"driver_py": rss_mb(os.getpid()), "jvm": 0.0, "py_workers": 0.0}
+    for pid, name in descendants(os.getpid()):
+        if name == "java":
+            mem["jvm"] += rss_mb(pid)
+        elif name.startswith("python"):
+            mem["py_workers"] += rss_mb(pid)
+    return mem
+
+
+def produce_all(bootstrap: str, topic: str, values: list[bytes], key: bytes = b"sim-1") -> float:
+    """Publish pre-serialized values as fast as possible; returns seconds."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4", "acks": "all"}
+    )
+    start = time.perf_counter()
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise RuntimeError("records left undelivered")
+    return time.perf_counter() - start
+
+
+def simulate(n: int, seed: int, fault_rate: float, eps: int = 2000) -> tuple[list[dict], list[dict]]:
+    from producers.simulator import SimConfig, Simulator
+
+    sim = Simulator(SimConfig(seed=seed, fault_rate=fault_rate, events_per_second=eps))
+    events = list(sim.events(n))
+    return events, list(sim.truth)
+
+
+def ts(progress: dict[str, Any]) -> float:
+    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+class Progress:
+    """Collects every progress report of a query by batchId (recentProgress keeps 100)."""
+
+    def __init__(self, query: Any):
+        self.query = query
+        self.batches: dict[int, dict[str, Any]] = {}
+
+    def poll(self) -> None:
+        for p in self.query.recentProgress:
+            self.batches[p["batchId"]] = p
+        if self.query.exception() is not None:
+            raise RuntimeError(f"query failed: {self.query.exception()}")
+
+    def rows(self) -> int:
+        return sum(p["numInputRows"] for p in self.batches.values())
+
+    def wait_rows(self, total: int, timeout: float) -> None:
+        deadline = time.time() + timeout
+        while self.rows() < total:
+            if time.time() > deadline:
+                raise TimeoutError(f"job consumed {self.rows():,} of {total:,} rows in {timeout:.0f} s")
+            time.sleep(0.2)
+            self.poll()
+
+    def with_input(self, after: int = -1) -> list[dict[str, Any]]:
+        return [p for b, p in sorted(self.batches.items()) if b > after and p["numInputRows"] > 0]
+
+
+# ---- (b) the plain consumer ----------------------------------------------------------------------
+
+
+def plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> tuple[float, int]:
+    """Read ``total`` records from offset 0 of every partition; returns (seconds, alerts)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"plain-{time.time()}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+        }
+    )
+    detector = Detector(DetectorConfig())
+    start = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    n = alerts = 0
+    while n < total:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error():
+                continue
+            obj = orjson.loads(msg.value())
+            detector.ingest(envelope_from_obj(obj, f"{topic}/{msg.partition()}@{msg.offset()}", msg.offset()))
+            alerts += len(detector.drain())
+            n += 1
+    detector.flush()
+    alerts += len(detector.drain())
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed, alerts
+
+
+def plain_live(bootstrap: str, topic: str, partitions: int, ready: Any, stop: Any, out: Any) -> None:
+    """Child process for (c): consume live, record (wall time, alert) as alerts appear."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"live-{time.time()}", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    consumer.consume(1, 1.0)
+    ready.set()
+    detector = Detector(DetectorConfig())
+    got: list[tuple[float, dict]] = []
+    last = time.time()
+    idle_flush_s = 10.0
+    while not stop.is_set():
+        msgs = consumer.consume(1000, 0.05)
+        for msg in msgs:
+            if msg.error():
+                continue
+            detector.ingest(envelope_from_obj(orjson.loads(msg.value()), "", msg.offset()))
+            for alert in detector.drain():
+                got.append((time.time(), alert.to_dict()))
+        if msgs:
+            last = time.time()
+        elif detector.pending_count() and time.time() - last > idle_flush_s:
+            detector.flush()
+            got.extend((time.time(), a.to_dict()) for a in detector.drain())
+    consumer.close()
+    out.put(got)
+
+
+# ---- (d) cluster with many partitions -------------------------------------------------------------
+
+
+def big_cluster(path: str, partitions: int, steady_events: int, steady_batches: int, seed: int) -> None:
+    """Child process: a small simulated cluster plus ``partitions`` extra partition
+    records; pickles (setup values, [steady batch values...]) to ``path``."""
+    from producers import shapes
+    from producers.simulator import SimConfig, Simulator
+
+    sim = Simulator(SimConfig(seed=seed, fault_rate=0.0))
+    events = list(sim.events(5000 + steady_events * steady_batches))
+    # insert after the simulator's own set-up metadata (the first non-metadata event)
+    at = next(i for i, e in enumerate(events) if e["kind"] != "metadata")
+    last_meta = events[at - 1]
+    offset = last_meta["offset"]
+    extra = []
+    rng = __import__("random").Random(seed)
+    per_topic = 1000
+    for t in range(max(1, partitions // per_topic)):
+        tid = base64.urlsafe_b64encode(rng.randbytes(16)).decode().rstrip("=")
+        offset += 1
+        extra.append(
+            shapes.envelope(
+                "sim-1", "metadata", last_meta["ts_ms"], shapes.topic(f"bulk-{t}", tid), offset=offset
+            )
+        )
+        for p in range(min(per_topic, partitions)):
+            reps = rng.sample(range(1, 7), 3)
+            offset += 1
+            extra.append(
+                shapes.envelope(
+                    "sim-1",
+                    "metadata",
+                    last_meta["ts_ms"],
+                    shapes.partition(tid, p, reps, reps, reps[0]),
+                    offset=offset,
+                )
+            )
+    shift = offset - last_meta["offset"]
+    for e in events[at:]:
+        if e["kind"] == "metadata" and e["offset"] is not None:
+            e["offset"] += shift
+    events[at:at] = extra
+    dumps = lambda e: orjson.dumps(e, option=orjson.OPT_SORT_KEYS)  # noqa: E731
+    split = len(events) - steady_events * steady_batches
+    setup = [dumps(e) for e in events[:split]]
+    steady = [
+        [dumps(e) for e in events[split + i * steady_events : split + (i + 1) * steady_events]]
+        for i in range(steady_batches)
+    ]
+    with open(path, "wb") as f:
+        pickle.dump((setup, steady), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+# ---- main -----------------------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--events", type=int, default=300_000, help="events for (a)/(b) (default %(default)s)")
+    p.add_argument("--topic-partitions", type=int, default=2, help="partitions of the event topics")
+    p.add_argument("--max-events-per-trigger", type=int, default=50_000)
+    p.add_argument("--repeat", type=int, default=3, help="plain-consumer runs for (b)")
+    p.add_argument("--rate", type=int, action="append", help="input rate(s) for (c) (default 2000)")
+    p.add_argument("--latency-seconds", type=float, default=40.0, help="publishing time per rate")
+    p.add_argument("--latency-fault-rate", type=float, default=0.003)
+    p.add_argument("--partitions", type=int, action="append", help="tracked partitions for (d)")
+    p.add_argument(
+        "--setup-timeout",
+        type=float,
+        default=600.0,
+        help="seconds (d) may take to consume the partition records",
+    )
+    p.add_argument("--steady-events", type=int, default=20_000)
+    p.add_argument("--steady-batches", type=int, default=3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--skip", default="", help="comma list of sections to skip: a,b,c,d")
+    args = p.parse_args(argv)
+    rates = args.rate or [2000]
+    sizes = args.partitions or [1000, 100_000]
+    skip = set(filter(None, args.skip.split(",")))
+    cfg = DetectorConfig()
+    results: list[tuple[str, str]] = []
+
+    from confluent_kafka import Consumer  # noqa: F401  (fail early when missing)
+
+    from streaming.broker import EmbeddedBroker
+    from streaming.job import JobOptions, spark_session, start
+
+    workdir = Path(tempfile.mkdtemp(prefix="fencewatch-sbench-"))
+    ctx = mp.get_context("spawn")
+    t0 = time.time()
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        tp = args.topic_partitions
+
+        def job(topic: str, name: str, on_alert: Any = None, **kw: Any) -> Any:
+            options = JobOptions(
+                bootstrap_servers=bootstrap,
+                topic=topic,
+                checkpoint=str(workdir / f"ckpt-{name}"),
+                alerts_topic=f"alerts-{name}",
+                dead_letter_topic=f"dead-{name}",
+                **kw,
+            )
+            broker.create_topics({f"alerts-{name}": 1, f"dead-{name}": 1})
+            return start(spark, options, console=None, on_alert=on_alert)
+
+        # ---- (a) + (b) ----
+        log(f"simulating {args.events:,} events ...")
+        events, _truth = simulate(args.events, args.seed, 0.0005)
+        values = [orjson.dumps(e, option=orjson.OPT_SORT_KEYS) for e in events]
+        n = len(values)
+        del events
+        broker.create_topics({"bench-a": tp})
+        pub_s = produce_all(bootstrap, "bench-a", values)
+        del values
+        log(f"published {n:,} events in {pub_s:.1f} s ({n / pub_s:,.0f}/s)")
+        results.append(("events (a)/(b)", f"{n:,} in topic with {tp} partitions, one cluster key"))
+
+        plain_rates: list[float] = []
+        if "b" not in skip:
+            secs = []
+            for i in range(args.repeat):
+                s, alerts = plain_consume(bootstrap, "bench-a", tp, n)
+                secs.append(s)
+                log(f"plain consumer run {i + 1}: {s:.2f} s, {alerts} alerts")
+            plain_rates = [n / s for s in secs]
+            results.append(
+                (
+                    "(b) plain consumer ev/s",
+                    f"median {statistics.median(plain_rates):,.0f}  runs "
+                    + " ".join(f"{r:,.0f}" for r in plain_rates),
+                )
+            )
+
+        log("starting Spark ...")
+        s0 = time.time()
+        spark = spark_session("local[2]", shuffle_partitions=2)
+        results.append(("spark session start", f"{time.time() - s0:.1f} s (excluded)"))
+        spark_rate = None
+        if "a" not in skip:
+            q = job("bench-a", "a", max_events_per_trigger=args.max_events_per_trigger, trigger_seconds=0.5)
+            prog = Progress(q)
+            prog.wait_rows(n, timeout=900)
+            q.stop()
+            batches = prog.with_input()
+            first, last = batches[0], batches[-1]
+            elapsed = ts(last) + last["durationMs"]["triggerExecution"] / 1000 - ts(first)
+            spark_rate = n / elapsed
+            per_batch = [b["numInputRows"] * 1000 / b["durationMs"]["triggerExecution"] for b in batches]
+            steady = per_batch[1:] or per_batch
+            results.append(
+                (
+                    "(a) Spark job ev/s (total/elapsed)",
+                    f"{spark_rate:,.0f}  ({n:,} rows, {len(batches)} batches, "
+                    f"{elapsed:.1f} s first batch start -> last batch end)",
+                )
+            )
+            results.append(
+                (
+                    "(a) Spark per-batch ev/s",
+                    f"median {statistics.median(per_batch):,.0f} all, "
+                    f"{statistics.median(steady):,.0f} without 1st batch; "
+                    "batch s: "
+                    + " ".join(f"{b['durationMs']['triggerExecution'] / 1000:.1f}" for b in batches),
+                )
+            )
+            if plain_rates:
+                results.append(
+                    ("(a)/(b) Spark / plain", f"{spark_rate / statistics.median(plain_rates):.2f}x")
+                )
+
+        # ---- (c) latency ----
+        for rate in rates if "c" not in skip else []:
+            name = f"c{rate}"
+            topic = f"bench-{name}"
+            broker.create_topics({topic: tp})
+            total = int(rate * args.latency_seconds)
+            log(f"(c) rate {rate}/s: simulating {total:,} events ...")
+            ev, tr = simulate(total, args.seed + rate, args.latency_fault_rate, eps=rate)
+            vals = [orjson.dumps(e, option=orjson.OPT_SORT_KEYS) for e in ev]
+            spark_alerts: list[tuple[float, dict]] = []
+            q = job(
+                topic,
+                name,
+                on_alert=lambda payload, sink=spark_alerts: sink.append((time.time(), orjson.loads(payload))),
+                trigger_seconds=0.5,
+            )
+            prog = Progress(q)
+            time.sleep(3)
+            ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+            child = ctx.Process(target=plain_live, args=(bootstrap, topic, tp, ready, stop, out))
+            child.start()
+            ready.wait(60)
+            from confluent_kafka import Producer
+
+            producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+            from producers.kafka_publisher import TokenBucket
+
+            bucket = TokenBucket(rate)
+            sent_at = [0.0] * len(vals)
+            pub_start = time.time()
+            for i, v in enumerate(vals):
+                bucket.take()
+                while True:
+                    try:
+                        producer.produce(topic, value=v, key=b"sim-1")
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                sent_at[i] = time.time()
+                if i % 256 == 0:
+                    producer.poll(0)
+            producer.flush(60)
+            pub_s = time.time() - pub_start
+            log(f"(c) published {len(vals):,} in {pub_s:.1f} s ({len(vals) / pub_s:,.0f}/s achieved)")
+            # wait for Spark to catch up (bounded), then for the idle flush of the tail
+            try:
+                prog.wait_rows(len(vals), timeout=max(60.0, args.latency_seconds * 2))
+                caught_up = True
+            except TimeoutError as exc:
+                log(f"(c) {exc}")
+                caught_up = False
+            lag_s = time.time() - pub_start - pub_s
+            time.sleep(3)
+            stop.set()
+            plain_got = out.get(timeout=120)
+            child.join(30)
+            prog.poll()
+            q.stop()
+            # publish time of each (ts_ms, node) event, and of each ts_ms
+            by_key: dict[tuple[int, Any], float] = {}
+            by_ts: dict[int, float] = {}
+            for e, t in zip(ev, sent_at, strict=True):
+                by_key.setdefault((e["ts_ms"], e["node"]), t)
+                by_ts.setdefault(e["ts_ms"], t)
+            cutoff = ev[-1]["ts_ms"] - (cfg.grace_ms + cfg.lateness_ms + 2000)
+            wanted = {match_key(t): t for t in tr if t["ts_ms"] <= cutoff}
+
+            def latencies(
+                got: list[tuple[float, dict]],
+                wanted: dict = wanted,
+                by_key: dict = by_key,
+                by_ts: dict = by_ts,
+            ) -> list[float]:
+                lat = []
+                for when, alert in got:
+                    tt = wanted.get(match_key(alert))
+                    if tt is None:
+                        continue
+                    sent = by_key.get((tt["ts_ms"], tt["node"]), by_ts.get(tt["ts_ms"]))
+                    if sent is not None:
+                        lat.append(when - sent)
+                return lat
+
+            ls, lp = latencies(spark_alerts), latencies(plain_got)
+            batches = prog.with_input()
+            bsec = [b["durationMs"]["triggerExecution"] / 1000 for b in batches]
+            results.append(
+                (
+                    f"(c) rate {rate}/s achieved",
+                    f"{len(vals) / pub_s:,.0f} ev/s over {pub_s:.0f} s; {len(wanted)} violations scored "
+                    f"(of {len(tr)} injected; the tail is excluded); "
+                    f"Spark {'caught up' if caught_up else 'DID NOT catch up'} "
+                    f"{lag_s:.1f} s after publishing ended; Spark batch s median "
+                    f"{statistics.median(bsec) if bsec else float('nan'):.2f} "
+                    f"max {max(bsec, default=float('nan')):.2f}",
+                )
+            )
+            for label, lat in (("Spark", ls), ("plain", lp)):
+                results.append(
+                    (
+                        f"(c) {rate}/s {label} latency",
+                        f"p50 {pct(lat, 0.5):.2f} s  p99 {pct(lat, 0.99):.2f} s  "
+                        f"max {max(lat, default=float('nan')):.2f} s  (n={len(lat)})",
+                    )
+                )
+            if ls and lp:
+                results.append(
+                    (
+                        f"(c) {rate}/s Spark / plain",
+                        f"p50 {pct(ls, 0.5) / pct(lp, 0.5):.2f}x  p99 {pct(ls, 0.99) / pct(lp, 0.99):.2f}x",
+                    )
+                )
+
+        # ---- (d) partition growth ----
+        for size in sizes if "d" not in skip else []:
+            name = f"d{size}"
+            topic = f"bench-{name}"
+            broker.create_topics({topic: tp})
+            log(f"(d) {size:,} partitions: building records in a child process ...")
+            g0 = time.time()
+            path = str(workdir / f"{name}.pkl")
+            child = ctx.Process(
+                target=big_cluster, args=(path, size, args.steady_events, args.steady_batches, args.seed)
+            )
+            child.start()
+            child.join()
+            with open(path, "rb") as f:
+                setup, steady = pickle.load(f)
+            os.unlink(path)
+            gen_s = time.time() - g0
+            produce_all(bootstrap, topic, setup)
+            log(f"(d) {len(setup):,} set-up records published ({gen_s:.0f} s to build); job consumes ...")
+            c0 = time.time()
+            q = job(topic, name, trigger_seconds=0.5, max_events_per_trigger=200_000)
+            prog = Progress(q)
+            prog.wait_rows(len(setup), timeout=args.setup_timeout)
+            setup_s = time.time() - c0
+            durations, rows = [], []
+            for chunk in steady:
+                time.sleep(1.0)
+                prog.poll()
+                mark = max(prog.batches, default=-1)
+                before = prog.rows()
+                produce_all(bootstrap, topic, chunk)
+                prog.wait_rows(before + len(chunk), timeout=600)
+                new = prog.with_input(after=mark)
+                durations.append(sum(b["durationMs"]["triggerExecution"] for b in new) / 1000)
+                rows.append(len(new))
+            mem = memory()
+            q.stop()
+            results.append(
+                (
+                    f"(d) {size:,} partitions",
+                    f"steady {args.steady_events:,}-event batch s: median {statistics.median(durations):.2f} "
+                    f"(runs {' '.join(f'{d:.2f}' for d in durations)}; micro-batches per chunk {rows}); "
+                    f"set-up {len(setup):,} records consumed in {setup_s:.0f} s; "
+                    f"RSS MB driver-py {mem['driver_py']:,.0f} "
+                    f"JVM {mem['jvm']:,.0f} py-workers {mem['py_workers']:,.0f}",
+                )
+            )
+            log(results[-1][1])
+        spark.stop()
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(
+        f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, master local[2], "
+        f"shuffle partitions 2, event topics {tp} partitions, total run {time.time() - t0:.0f} s"
+    )
+    print(
+        f"detection: grace {cfg.grace_ms} ms + lateness {cfg.lateness_ms} ms of event time before a "
+        "judgment (by design: latency cannot go below ~that much)"
+    )
+    width = max(len(k) for k, _ in results)
+    for key, value in results:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
