@@ -25,6 +25,7 @@ from detectors.fields import INT16, get_int, get_obj
 from detectors.history import History
 from detectors.requests import (
     ALTER_PARTITION,
+    API_NAMES,
     BEGIN_QUORUM_EPOCH,
     END_QUORUM_EPOCH,
     FETCH,
@@ -45,19 +46,6 @@ from detectors.requests import (
 from detectors.view import PartitionState
 
 Judgment = Callable[[], None]
-
-API_NAMES = {
-    PRODUCE: "PRODUCE",
-    FETCH: "FETCH",
-    LIST_OFFSETS: "LIST_OFFSETS",
-    LEADER_AND_ISR: "LEADER_AND_ISR",
-    STOP_REPLICA: "STOP_REPLICA",
-    OFFSET_FOR_LEADER_EPOCH: "OFFSET_FOR_LEADER_EPOCH",
-    VOTE: "VOTE",
-    BEGIN_QUORUM_EPOCH: "BEGIN_QUORUM_EPOCH",
-    END_QUORUM_EPOCH: "END_QUORUM_EPOCH",
-    ALTER_PARTITION: "ALTER_PARTITION",
-}
 
 
 def wall_clock_ms() -> int:

@@ -139,16 +139,21 @@ def envelope_from_obj(obj: Any, position: str = "", seq: int = 0) -> Envelope:
     )
 
 
+def envelope_or_dead_letter(obj: Any, position: str, seq: int, raw: str) -> Envelope | DeadLetter:
+    """Validate ``obj`` as an envelope, or say why not with the raw text kept."""
+    try:
+        return envelope_from_obj(obj, position, seq)
+    except BadRecord as exc:
+        return DeadLetter(position, exc.reason, raw)
+
+
 def parse_envelope(raw: bytes | str, position: str = "", seq: int = 0) -> Envelope | DeadLetter:
     """Decode one JSON line into an envelope, or a dead letter saying why not."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return DeadLetter(position, f"malformed JSON: {exc}", _as_text(raw))
-    try:
-        return envelope_from_obj(obj, position, seq)
-    except BadRecord as exc:
-        return DeadLetter(position, exc.reason, _as_text(raw))
+    return envelope_or_dead_letter(obj, position, seq, _as_text(raw))
 
 
 def _as_text(raw: bytes | str) -> str:

@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from detectors.envelope import BadRecord, DeadLetter, Envelope, envelope_from_obj
+from detectors.envelope import DeadLetter, Envelope, envelope_or_dead_letter
 from detectors.lines import decode_line
 
 _RECORD = re.compile(r"\|\s*offset: (-?\d+) (\w+): (-?\d+)(.*)")
@@ -294,10 +294,7 @@ def _record(
         "offset": offset,
         "body": body,
     }
-    try:
-        return envelope_from_obj(obj, position, seq)
-    except BadRecord as exc:
-        return DeadLetter(position, exc.reason, text)
+    return envelope_or_dead_letter(obj, position, seq, text)
 
 
 def _payload(text: str) -> tuple[dict[str, Any] | None, str]:

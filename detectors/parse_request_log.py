@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
-from detectors.envelope import BadRecord, DeadLetter, Envelope, envelope_from_obj
+from detectors.envelope import DeadLetter, Envelope, envelope_or_dead_letter
 from detectors.lines import decode_line
 
 REQUEST_LOGGER_SUFFIX = "(kafka.request.logger)"
@@ -270,7 +270,4 @@ def _build(
         "offset": None,
         "body": body,
     }
-    try:
-        return envelope_from_obj(obj, position, seq)
-    except BadRecord as exc:
-        return DeadLetter(position, exc.reason, raw)
+    return envelope_or_dead_letter(obj, position, seq, raw)

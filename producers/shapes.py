@@ -7,20 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-Envelope = dict[str, Any]
+from detectors.requests import API_NAMES
 
-API_NAMES = {
-    0: "PRODUCE",
-    1: "FETCH",
-    2: "LIST_OFFSETS",
-    4: "LEADER_AND_ISR",
-    5: "STOP_REPLICA",
-    23: "OFFSET_FOR_LEADER_EPOCH",
-    52: "VOTE",
-    53: "BEGIN_QUORUM_EPOCH",
-    54: "END_QUORUM_EPOCH",
-    56: "ALTER_PARTITION",
-}
+Envelope = dict[str, Any]
 
 
 def envelope(

@@ -261,13 +261,23 @@ class Traffic:
             )
             m.emit("request", late, body, node=old)
 
-    def _evacuate(self, broker: int, t: int) -> bool:
+    def _hosted(self, broker: int) -> list[Partition]:
+        return [p for p in self.m.partitions.values() if broker in p.isr or p.leader == broker]
+
+    def _evacuable_broker(self, t: int) -> int | None:
+        """An active broker whose partitions may all move now, keeping three active."""
+        m = self.m
+        active = [b for b, s in m.brokers.items() if s.eligible]
+        if len(active) <= 3:
+            return None
+        broker = self.rng.choice(active)
+        return broker if all(m.movable(p, t) for p in self._hosted(broker)) else None
+
+    def _evacuate(self, broker: int, t: int) -> None:
         """Move leadership and ISR membership off ``broker`` (fencing or shutdown).
         A broker that is the last ISR member stays in the ISR with no leader."""
         m = self.m
-        hosted = [p for p in m.partitions.values() if broker in p.isr or p.leader == broker]
-        if any(not m.movable(p, t) for p in hosted):
-            return False
+        hosted = self._hosted(broker)
         for p in hosted:
             rest = [r for r in p.isr if r != broker]
             eligible = [r for r in rest if m.brokers[r].eligible]
@@ -278,15 +288,11 @@ class Traffic:
                     m.change_partition(p, t, leader=-1)
             elif rest:
                 m.change_partition(p, t, isr=rest)
-        return True
 
     def fence(self, t: int) -> None:
         m = self.m
-        active = [b for b, s in m.brokers.items() if s.eligible]
-        if len(active) <= 3:
-            return
-        broker = self.rng.choice(active)
-        if not all(m.movable(p, t) for p in m.partitions.values() if broker in p.isr):
+        broker = self._evacuable_broker(t)
+        if broker is None:
             return
         m.set_fenced(broker, True, t)
         self._evacuate(broker, t)
@@ -305,11 +311,8 @@ class Traffic:
     def controlled_restart(self, t: int) -> None:
         """Controlled shutdown (KIP-841 persists it), then a new incarnation."""
         m = self.m
-        active = [b for b, s in m.brokers.items() if s.eligible]
-        if len(active) <= 3:
-            return
-        broker = self.rng.choice(active)
-        if not all(m.movable(p, t) for p in m.partitions.values() if broker in p.isr):
+        broker = self._evacuable_broker(t)
+        if broker is None:
             return
         m.begin_shutdown(broker, t)
         self._evacuate(broker, t)

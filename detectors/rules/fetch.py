@@ -6,14 +6,11 @@ from typing import TYPE_CHECKING
 
 from detectors.envelope import Envelope
 from detectors.errors import KafkaError
-from detectors.requests import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, Header, PartitionOutcome
+from detectors.requests import API_NAMES, Header, PartitionOutcome
 from detectors.rules.base import Rule, register
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
-
-
-API_NAMES = {FETCH: "FETCH", LIST_OFFSETS: "LIST_OFFSETS", OFFSET_FOR_LEADER_EPOCH: "OFFSET_FOR_LEADER_EPOCH"}
 
 
 @register

@@ -175,6 +175,10 @@ def test_each_rule_alone_is_injected_and_detected_exactly(rule, seed):
 
 
 def source_of(env: Envelope) -> Source:
+    # Remote log metadata is read from the __remote_log_metadata topic, one
+    # ordered stream per partition, whichever broker wrote each record.
+    if env.kind == "remote_log_metadata":
+        return (env.kind, None)
     return (env.kind, env.node)
 
 
