@@ -10,12 +10,17 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-.PHONY: demo test lint
+.PHONY: demo test lint system-deps
 demo: $(VENV)/.installed
+	@bash .ci/system-deps java
 	$(BIN)/fencewatch demo
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed system-deps
 	$(BIN)/python -m pytest -q
+
+# Java for Spark; Prometheus and Alertmanager for the observability tests.
+system-deps:
+	@bash .ci/system-deps
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

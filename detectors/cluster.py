@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from detectors.alerts import Alert, Evidence, make_alert_id
 from detectors.config import DetectorConfig
@@ -30,10 +31,17 @@ class Counters:
     unverified: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
     late: int = 0
-    alerts: dict[str, int] = field(default_factory=dict)
+    dead_letters: dict[str, int] = field(default_factory=dict)  # by detectors.stats reason class
+    alerts: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (rule, severity, status)
 
-    def bump(self, table: dict[str, int], key: str) -> None:
+    def bump(self, table: dict[Any, int], key: Any) -> None:
         table[key] = table.get(key, 0) + 1
+
+    def alerts_by_rule(self) -> dict[str, int]:
+        by_rule: dict[str, int] = {}
+        for (rule, _, _), n in self.alerts.items():
+            by_rule[rule] = by_rule.get(rule, 0) + n
+        return by_rule
 
 
 class ClusterState:
@@ -121,5 +129,5 @@ class ClusterState:
             evidence=chain,
             links=rule.links(),
         )
-        self.counters.bump(self.counters.alerts, rule.id)
+        self.counters.bump(self.counters.alerts, (rule.id, alert.severity, status))
         self.out.append(alert)

@@ -15,6 +15,7 @@ import heapq
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from detectors import rules
 from detectors.alerts import Alert, Evidence
@@ -43,6 +44,8 @@ from detectors.requests import (
     partition_outcomes,
     stop_replica,
 )
+from detectors.rules.base import Deferred
+from detectors.stats import cluster_snapshot, dead_letter_class
 from detectors.view import PartitionState
 
 Judgment = Callable[[], None]
@@ -57,13 +60,8 @@ def _without_body(env: Envelope) -> Envelope:
     return Envelope(env.cluster, env.node, env.ts_ms, env.kind, env.offset, {}, env.position, env.seq)
 
 
-def _rebind(judgment: Judgment, env: Envelope, lean: Envelope) -> Judgment:
-    """The same judgment holding the event without its body: judgments use the
-    facts extracted at ingest, and a waiting request body would only cost memory
-    (and state-store bytes in the streaming job)."""
-    if not isinstance(judgment, partial) or env not in judgment.args:
-        return judgment
-    return partial(judgment.func, *(lean if a is env else a for a in judgment.args), **judgment.keywords)
+# The events counter's key per request API, made once instead of per event.
+_REQUEST_EVENT_KEYS = {api_key: f"request:{name}" for api_key, name in API_NAMES.items()}
 
 
 class _Cluster(ClusterState):
@@ -106,22 +104,38 @@ class Detector:
             judgments = self._dispatch(cs, env)
         except BadRecord as exc:
             self.counters.bump(self.counters.events, "dead_letter")
-            return DeadLetter(env.position, exc.reason, "")
+            letter = DeadLetter(env.position, exc.reason, "")
+            self.dead_letter(letter)
+            return letter
         except Unverified as exc:
             cs.unverified(exc.reason)
             judgments = []
-        due = env.ts_ms + self.config.grace_ms
         if judgments:
-            lean = _without_body(env)
-            for judgment in judgments:
-                self._arrivals += 1
-                heapq.heappush(cs.pending, (due, env.ts_ms, self._arrivals, _rebind(judgment, env, lean)))
+            self._schedule(cs, env, judgments)
         if cs.max_ts_ms is None or env.ts_ms > cs.max_ts_ms:
             cs.max_ts_ms = env.ts_ms
             self._judge_due(cs, cs.watermark_ms)
         elif judgments and env.ts_ms + self.config.grace_ms <= (cs.watermark_ms or 0):
             self._judge_due(cs, cs.watermark_ms)  # a late event's window is complete already
         return None
+
+    def _schedule(self, cs: _Cluster, env: Envelope, judgments: list[Deferred]) -> None:
+        """Queue each judgment until the watermark passes ``ts_ms + grace_ms``,
+        bound to the event without its body (see rules.base.Deferred)."""
+        due = env.ts_ms + self.config.grace_ms
+        lean = _without_body(env)
+        for judge, facts in judgments:
+            self._arrivals += 1
+            judgment: Judgment = partial(judge, cs, lean, *facts)
+            heapq.heappush(cs.pending, (due, env.ts_ms, self._arrivals, judgment))
+
+    def dead_letter(self, letter: DeadLetter) -> None:
+        """Count a record that could not be used, by the class of its reason."""
+        self.counters.bump(self.counters.dead_letters, dead_letter_class(letter.reason))
+
+    def snapshot(self, cluster: str) -> dict[str, Any]:
+        """Counters and state sizes of one cluster (see detectors.stats)."""
+        return cluster_snapshot(self.cluster(cluster))
 
     def drain(self) -> list[Alert]:
         """Alerts raised since the last call, in the order they were raised."""
@@ -155,7 +169,7 @@ class Detector:
 
     # ---- per-kind handling -----------------------------------------------------------
 
-    def _dispatch(self, cs: _Cluster, env: Envelope) -> list[Judgment]:
+    def _dispatch(self, cs: _Cluster, env: Envelope) -> list[Deferred]:
         kind = env.kind
         if kind == "metadata":
             self.counters.bump(self.counters.events, "metadata")
@@ -179,28 +193,28 @@ class Detector:
         self.counters.bump(self.counters.events, "remote_log_metadata")
         return rules.remote.ingest(cs, env)
 
-    def _request(self, cs: _Cluster, env: Envelope) -> list[Judgment]:
+    def _request(self, cs: _Cluster, env: Envelope) -> list[Deferred]:
         h = header(env.body)
-        name = API_NAMES.get(h.api_key)
-        self.counters.bump(self.counters.events, f"request:{name or 'unchecked'}")
+        self.counters.bump(self.counters.events, _REQUEST_EVENT_KEYS.get(h.api_key, "request:unchecked"))
         body = env.body
         if h.api_key == PRODUCE:
             acks = get_int(get_obj(body, "request", "body"), "acks", "body.request", bounds=INT16)
-            return [partial(rules.produce.judge, cs, env, h, acks, partition_outcomes(PRODUCE, body))]
+            return [(rules.produce.judge, (h, acks, partition_outcomes(PRODUCE, body)))]
         if h.api_key == FETCH and is_quorum_fetch(body):
             return rules.quorum.ingest_request(cs, env, h)
         if h.api_key in (FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH):
-            return [partial(rules.fetch.judge, cs, env, h, partition_outcomes(h.api_key, body))]
+            outcomes = rules.fetch.judged(partition_outcomes(h.api_key, body))
+            return [(rules.fetch.judge, (h, outcomes))] if outcomes else []
         if h.api_key == STOP_REPLICA:
             request = stop_replica(h.api_version, body)
             if request.error == 0:
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
-            return [partial(rules.stop_replica.judge, cs, env, h, request)]
+            return [(rules.stop_replica.judge, (h, request))]
         if h.api_key == LEADER_AND_ISR:
             self._leader_and_isr(cs, env, h)
             return []
         if h.api_key == ALTER_PARTITION:
-            return [partial(rules.alter_partition.judge, cs, env, h, alter_partition(body))]
+            return [(rules.alter_partition.judge, (h, alter_partition(body)))]
         if h.api_key in (VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH):
             return rules.quorum.ingest_request(cs, env, h)
         return []

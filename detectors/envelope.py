@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, TypeGuard
 
 import fastjsonschema
 import orjson
@@ -91,60 +91,57 @@ def _schema_reason(exc: fastjsonschema.JsonSchemaValueException) -> str:
     return message.replace("data.", "", 1) if message.startswith("data.") else message
 
 
-def _is_int(value: Any, lo: int, hi: int) -> bool:
+def _is_int(value: Any, lo: int, hi: int) -> TypeGuard[int]:
     # JSON Schema counts 1.0 as an integer; fencewatch does not (epochs and offsets are exact).
     return type(value) is int and lo <= value <= hi
 
 
-def _plainly_valid(obj: dict[str, Any]) -> bool:
+def _plain_envelope(obj: dict[str, Any], position: str, seq: int) -> Envelope | None:
     """The schema's checks written out for the hot path: millions of envelopes
-    pass here without the compiled validator, which only explains failures."""
+    pass here without the compiled validator, which only explains failures.
+    None if any check fails."""
+    cluster = obj.get("cluster")
+    ts_ms = obj.get("ts_ms")
     kind = obj.get("kind")
     node = obj.get("node")
     offset = obj.get("offset")
-    cluster = obj.get("cluster")
-    return (
+    body = obj.get("body")
+    if (
         type(cluster) is str
         and 0 < len(cluster) <= MAX_CLUSTER_LENGTH
-        and _is_int(obj.get("ts_ms"), 0, MAX_TS_MS)
+        and _is_int(ts_ms, 0, MAX_TS_MS)
         and kind in KINDS
-        and type(obj.get("body")) is dict
+        and type(body) is dict
         and ((node is None and kind not in NODE_REQUIRED) or _is_int(node, -1, INT32_MAX))
         and (offset is None or _is_int(offset, -1, INT64_MAX))
-    )
+    ):
+        return Envelope(cluster, node, ts_ms, kind, offset, body, position, seq)
+    return None
 
 
 def envelope_from_obj(obj: Any, position: str = "", seq: int = 0) -> Envelope:
     """Validate a decoded JSON value as an envelope; raise :class:`BadRecord`."""
     if not isinstance(obj, dict):
         raise BadRecord(f"envelope must be a JSON object, got {type(obj).__name__}")
-    if not _plainly_valid(obj):
-        try:
-            _validate(obj)
-        except fastjsonschema.JsonSchemaValueException as exc:
-            raise BadRecord(_schema_reason(exc)) from None
-        for name in ("ts_ms", "node", "offset"):
-            if isinstance(obj.get(name), float):
-                raise BadRecord(f"{name} must be an integer, got a float")
-        raise BadRecord("envelope rejected by detectors/schema/envelope.schema.json")
-    return Envelope(
-        cluster=obj["cluster"],
-        node=obj.get("node"),
-        ts_ms=obj["ts_ms"],
-        kind=obj["kind"],
-        offset=obj.get("offset"),
-        body=obj["body"],
-        position=position,
-        seq=seq,
-    )
+    env = _plain_envelope(obj, position, seq)
+    if env is not None:
+        return env
+    try:
+        _validate(obj)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        raise BadRecord(_schema_reason(exc)) from None
+    for name in ("ts_ms", "node", "offset"):
+        if isinstance(obj.get(name), float):
+            raise BadRecord(f"{name} must be an integer, got a float")
+    raise BadRecord("envelope rejected by detectors/schema/envelope.schema.json")
 
 
-def envelope_or_dead_letter(obj: Any, position: str, seq: int, raw: str) -> Envelope | DeadLetter:
+def envelope_or_dead_letter(obj: Any, position: str, seq: int, raw: bytes | str) -> Envelope | DeadLetter:
     """Validate ``obj`` as an envelope, or say why not with the raw text kept."""
     try:
         return envelope_from_obj(obj, position, seq)
     except BadRecord as exc:
-        return DeadLetter(position, exc.reason, raw)
+        return DeadLetter(position, exc.reason, _as_text(raw))  # decoded only when kept
 
 
 def parse_envelope(raw: bytes | str, position: str = "", seq: int = 0) -> Envelope | DeadLetter:
@@ -153,7 +150,7 @@ def parse_envelope(raw: bytes | str, position: str = "", seq: int = 0) -> Envelo
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return DeadLetter(position, f"malformed JSON: {exc}", _as_text(raw))
-    return envelope_or_dead_letter(obj, position, seq, _as_text(raw))
+    return envelope_or_dead_letter(obj, position, seq, raw)
 
 
 def _as_text(raw: bytes | str) -> str:

@@ -39,8 +39,11 @@ def merge_by_time(streams: Sequence[Iterable[Envelope | DeadLetter]]) -> Iterato
     """Merge per-file streams by ``ts_ms``. Files that are themselves out of
     order merge as they are; the detector tolerates disorder up to its
     ``lateness_ms``."""
+    if len(streams) == 1:
+        yield from streams[0]  # nothing to merge: one file is read in its own order
+        return
     keyed = [_keyed(s, i) for i, s in enumerate(streams)]
-    for *_, item in heapq.merge(*keyed, key=lambda t: (t[0], t[1], t[2])):
+    for _, _, _, item in heapq.merge(*keyed, key=lambda t: (t[0], t[1], t[2])):
         yield item
 
 

@@ -15,6 +15,7 @@ COMMANDS = {
     "run": "fencewatch.run",
     "demo": "fencewatch.demo",
     "ship": "fencewatch.ship",
+    "receive-webhooks": "fencewatch.receive_webhooks",
 }
 
 

@@ -16,6 +16,7 @@ import orjson
 
 from detectors.truth import confusion
 from fencewatch.report import print_confusion
+from fencewatch.run import add_observability_options, observability
 from producers.kafka_publisher import KafkaPublisher, TokenBucket
 from producers.simulator import SimConfig, Simulator
 
@@ -39,6 +40,7 @@ def add_parser(sub: Any) -> None:
         default=300,
         help="give up waiting for the last alerts after this long (default %(default)s)",
     )
+    add_observability_options(p)
     p.set_defaults(run=run)
 
 
@@ -60,7 +62,11 @@ def run(args: argparse.Namespace) -> int:
         print(payload if args.json else _line(payload), flush=True)
 
     say = lambda text: print(f"[demo {time.monotonic() - started:5.1f}s] {text}", file=sys.stderr, flush=True)  # noqa: E731
-    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="fencewatch-demo-") as work:
+    with (
+        tempfile.TemporaryDirectory(prefix="fencewatch-demo-") as work,
+        observability(args, f"{work}/checkpoint", "fencewatch demo") as obs,
+        EmbeddedBroker() as broker,
+    ):
         say(f"embedded broker on {broker.bootstrap_servers}")
         broker.create_topics({"fencewatch-events": 3, "fencewatch-alerts": 1, "fencewatch-dead-letters": 1})
         say("starting Spark (local[2]) and the streaming job")
@@ -72,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
             trigger_seconds=1.0,
             idle_flush_ms=3_000,
         )
-        query = start(spark, options, console=None, on_alert=on_alert)
+        query = start(
+            spark, options, console=None, on_alert=on_alert, metrics=obs.metrics, webhooks=obs.webhooks
+        )
         sim = Simulator(SimConfig(seed=args.seed, fault_rate=args.fault_rate))
         publisher = KafkaPublisher(broker.bootstrap_servers, "fencewatch-events")
 

@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         streams = [read_envelopes(f, name, bar.update) for name, f in inputs]
         for item in merge_by_time(streams):
             if isinstance(item, DeadLetter):
+                detector.dead_letter(item)
                 report_dead(item)
                 continue
             letter = detector.ingest(item)

@@ -32,10 +32,11 @@ def print_summary(counters: Counters, dead_letters: int, out: TextIO) -> None:
             ("duplicates", str(counters.duplicates)),
             ("late (beyond lateness)", str(counters.late)),
         ]
+        + [(f"dead letters: {k}", str(v)) for k, v in sorted(counters.dead_letters.items())]
         + [(f"unverified: {k}", str(v)) for k, v in sorted(counters.unverified.items())],
         out,
     )
-    alerts = sorted(counters.alerts.items())
+    alerts = sorted(counters.alerts_by_rule().items())
     _table(
         "alerts", [("rule", "count"), *((k, str(v)) for k, v in alerts)] if alerts else [("none", "0")], out
     )

@@ -3,7 +3,9 @@
 source (fencewatch-kafka, or Spark's kafka connector)
   -> key each record by cluster (the record key, else the envelope's field)
   -> groupBy(cluster).transformWithStateInPandas(DetectorProcessor), RocksDB state
-  -> foreachBatch: alerts topic + console, dead-letter topic
+  -> foreachBatch: webhook outbox, alerts topic + console, dead-letter topic,
+     detector snapshots -> Prometheus metrics
+A StreamingQueryListener on the driver turns the query's progress into metrics.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
+from prometheus_client import CollectorRegistry
+
 from detectors.config import DetectorConfig
 from streaming.kafka_source import read_events
+from streaming.listener import JobListener
+from streaming.metrics import Metrics
 from streaming.processor import DetectorProcessor
 from streaming.schema import OUTPUT_SCHEMA
 from streaming.sinks import Sinks, TopicSink
@@ -25,6 +31,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from streaming.webhooks import Dispatcher
+
+QUERY_NAME = "fencewatch"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -73,8 +82,12 @@ def start(
     options: JobOptions,
     console: TextIO | None = sys.stdout,
     on_alert: Callable[[str], None] | None = None,
+    metrics: Metrics | None = None,
+    webhooks: Dispatcher | None = None,
 ) -> StreamingQuery:
-    """Start the job; it runs until the returned query is stopped."""
+    """Start the job; it runs until the returned query is stopped. With
+    ``metrics``, the query's progress and the detector's counters feed them;
+    with ``webhooks``, every alert enters its outbox (the caller starts it)."""
     from pyspark.sql import functions as F
 
     # The provider must be set before the first stateful query of the session.
@@ -111,11 +124,17 @@ def start(
         TopicSink(options.bootstrap_servers, options.dead_letter_topic, options.kafka_config),
         console=console,
         on_alert=on_alert,
+        metrics=metrics,
+        webhooks=webhooks,
     )
+    # Without a caller's metrics, a private registry: the listener still
+    # closes the sinks' producers when the query stops.
+    metrics = metrics or Metrics(CollectorRegistry())
+    spark.streams.addListener(JobListener(metrics, QUERY_NAME, options.topic, on_terminated=sinks.close))
     return (
         detected.writeStream.foreachBatch(sinks)
         .option("checkpointLocation", options.checkpoint)
         .trigger(processingTime=f"{options.trigger_seconds} seconds")
-        .queryName("fencewatch")
+        .queryName(QUERY_NAME)
         .start()
     )

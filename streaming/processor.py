@@ -25,7 +25,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import DeadLetter, Envelope, parse_envelope
-from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row
+from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row, stats_row
 from streaming.state import DETECTOR_SCHEMA, PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA, PartitionStore
 
 # Detectors this worker process already holds: (query scope, cluster) -> (version, detector).
@@ -64,13 +64,19 @@ class DetectorProcessor(StatefulProcessor):
         store.attach(self.partitions)
         return version, detector
 
-    def _save(self, cluster: str, version: int, detector: Detector) -> None:
+    def _save(self, cluster: str, version: int, detector: Detector) -> int:
         store = detector.cluster(cluster).view.partitions
         assert isinstance(store, PartitionStore)
         store.flush()
         version += 1
         self.snapshot.update((version, pickle.dumps(detector, protocol=pickle.HIGHEST_PROTOCOL)))
         _LIVE[(self.scope, cluster)] = (version, detector)
+        return version
+
+    @staticmethod
+    def _stats(cluster: str, version: int, detector: Detector) -> dict[str, Any]:
+        # The state version orders snapshots of one cluster for the driver's metrics.
+        return stats_row(cluster, {**detector.snapshot(cluster), "state_version": version})
 
     def _rearm_idle_timer(self, detector: Detector, now_ms: int) -> None:
         for expiry in list(self.handle.listTimers()):
@@ -100,6 +106,7 @@ class DetectorProcessor(StatefulProcessor):
                     _text(value),
                 )
             if isinstance(item, DeadLetter):
+                detector.dead_letter(item)
                 out.append(dead_letter_row(cluster, item, int(partition), int(offset)))
                 continue
             letter = detector.ingest(item)
@@ -113,10 +120,10 @@ class DetectorProcessor(StatefulProcessor):
                     )
                 )
             out.extend(alert_row(a) for a in detector.drain())
-        self._save(cluster, version, detector)
+        version = self._save(cluster, version, detector)
         self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs())
-        if out:
-            yield pd.DataFrame(out, columns=OUTPUT_COLUMNS)
+        out.append(self._stats(cluster, version, detector))
+        yield pd.DataFrame(out, columns=OUTPUT_COLUMNS)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -124,10 +131,10 @@ class DetectorProcessor(StatefulProcessor):
         cluster = key[0]
         version, detector = self._load(cluster)
         detector.flush()
-        alerts = [alert_row(a) for a in detector.drain()]
-        self._save(cluster, version, detector)
-        if alerts:
-            yield pd.DataFrame(alerts, columns=OUTPUT_COLUMNS)
+        rows = [alert_row(a) for a in detector.drain()]
+        version = self._save(cluster, version, detector)
+        rows.append(self._stats(cluster, version, detector))
+        yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass

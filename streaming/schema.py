@@ -10,10 +10,11 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from detectors.alerts import Alert
 from detectors.envelope import DeadLetter, dumps
 
-ALERT, DEAD_LETTER = "alert", "dead_letter"
+ALERT, DEAD_LETTER, STATS = "alert", "dead_letter", "stats"
 
-# record_type: ALERT or DEAD_LETTER; id: alert_id, or the record's position;
-# payload: the SPEC section 3 alert JSON, or the dead letter JSON.
+# record_type: ALERT, DEAD_LETTER or STATS; id: alert_id, the record's position,
+# or the cluster; payload: the SPEC section 3 alert JSON, the dead letter JSON,
+# or the cluster's detector snapshot (detectors.stats) for the driver's metrics.
 OUTPUT_SCHEMA = StructType(
     [
         StructField("record_type", StringType(), False),
@@ -37,6 +38,18 @@ def alert_row(alert: Alert) -> dict[str, Any]:
         "source_partition": None,
         "source_offset": None,
         "payload": dumps(alert.to_dict()),
+    }
+
+
+def stats_row(cluster: str, snapshot: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "record_type": STATS,
+        "cluster": cluster,
+        "id": cluster,
+        "ts_ms": snapshot["newest_event_ts_ms"],
+        "source_partition": None,
+        "source_offset": None,
+        "payload": dumps(snapshot),
     }
 
 

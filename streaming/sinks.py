@@ -1,21 +1,28 @@
 """Where the operator's rows go: the alerts topic (SPEC 3 JSON keyed by
-cluster), the dead-letter topic, and the console.
+cluster), the dead-letter topic, the console, the webhook outbox, and the
+metrics (detector snapshots).
 
 Spark re-runs a micro-batch after a crash; its rows are the same (same input,
 same state, deterministic alert ids). Each sink remembers the ids it has
 already delivered, reading them back from its topic when the job starts, and
-skips them, so downstream sees every alert exactly once.
+skips them, so downstream sees every alert exactly once. The webhook outbox
+is keyed by alert id, so enqueueing a re-run batch's alerts again adds nothing.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from streaming.schema import ALERT, DEAD_LETTER
+from streaming.schema import ALERT, DEAD_LETTER, STATS
+
+if TYPE_CHECKING:
+    from streaming.metrics import Metrics
+    from streaming.webhooks import Dispatcher
 
 ID_HEADER = "fencewatch-id"
 
@@ -111,10 +118,16 @@ class TopicSink:
         self._delivered.update(row.id for row in sent)
         return sent
 
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None
+
 
 class Sinks:
-    """The ``foreachBatch`` function: alerts to their topic and the console,
-    dead letters to theirs. ``on_alert`` sees every newly delivered alert."""
+    """The ``foreachBatch`` function: alerts to the webhook outbox, their topic
+    and the console, dead letters to theirs, detector snapshots to the metrics.
+    ``on_alert`` sees every newly delivered alert."""
 
     def __init__(
         self,
@@ -122,22 +135,41 @@ class Sinks:
         dead_letters: TopicSink,
         console: TextIO | None = sys.stdout,
         on_alert: Callable[[str], None] | None = None,
+        metrics: Metrics | None = None,
+        webhooks: Dispatcher | None = None,
     ):
         self.alerts = alerts
         self.dead_letters = dead_letters
         self.console = console
         self.on_alert = on_alert
+        self.metrics = metrics
+        self.webhooks = webhooks
         self.counts = {ALERT: 0, DEAD_LETTER: 0}
 
     def __call__(self, batch: Any, batch_id: int) -> None:
-        rows = batch.collect()  # alerts and dead letters are few: the driver can hold them
+        rows = batch.collect()  # alerts, dead letters and one snapshot per cluster: few
         alerts = [r for r in rows if r.record_type == ALERT]
         letters = [r for r in rows if r.record_type == DEAD_LETTER]
+        if self.webhooks is not None and alerts:
+            # Into the durable outbox before the topic: a crash in between re-runs
+            # the batch, and the outbox ignores ids it holds already.
+            self.webhooks.enqueue(orjson.loads(r.payload) for r in alerts)
         new_alerts = self.alerts.publish(alerts, batch_id)
+        new_letters = self.dead_letters.publish(letters, batch_id)
         self.counts[ALERT] += len(new_alerts)
-        self.counts[DEAD_LETTER] += len(self.dead_letters.publish(letters, batch_id))
+        self.counts[DEAD_LETTER] += len(new_letters)
+        if self.metrics is not None:
+            self.metrics.sink_records.labels(sink="alerts_topic").inc(len(new_alerts))
+            self.metrics.sink_records.labels(sink="dead_letter_topic").inc(len(new_letters))
+            for row in rows:
+                if row.record_type == STATS:
+                    self.metrics.detector.update(orjson.loads(row.payload))
         for row in new_alerts:
             if self.console is not None:
                 print(row.payload, file=self.console, flush=True)
             if self.on_alert is not None:
                 self.on_alert(row.payload)
+
+    def close(self) -> None:
+        self.alerts.close()
+        self.dead_letters.close()

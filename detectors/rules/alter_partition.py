@@ -105,14 +105,19 @@ def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: Alter
                 f"v{header.api_version} (ineligible: {ineligible})"
             )
     if wrong:
-        key = cs.view.resolve_topic(entry.topic, entry.topic_id, env.ts_ms)
+        # The verdict needs no view, so neither does naming the partition: where the
+        # view cannot resolve the topic at this instant (created or re-created within
+        # the skew), the request's own name or id says which it is.
+        key = cs.view.resolve_topic(entry.topic, entry.topic_id, env.ts_ms) or (
+            entry.topic_id or f"name:{entry.topic}"
+        )
         cs.emit(
             AlterPartitionErrorVersionMismatch,
             env,
             message=f"controller {env.node} answered {wrong} for {tp}",
             node=env.node,
             identity=(header.request_ref, env.ts_ms),
-            partition_key=(key, entry.partition) if key else None,
+            partition_key=(key, entry.partition),
         )
 
 

@@ -3,7 +3,8 @@ proposal and states its condition; ids are stable (SPEC section 2)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 KIP_LINKS = {
     "KIP-320": "https://cwiki.apache.org/confluence/display/KAFKA/KIP-320%3A+Allow+fetchers+to+detect+and+handle+log+truncation",
@@ -31,6 +32,12 @@ class Rule:
 
 
 RULES: dict[str, type[Rule]] = {}
+
+# A judgment a rule asks for: ``(judge, facts)``. Once the event's grace window
+# is complete the engine calls ``judge(cs, event, *facts)`` with the event
+# stripped of its body: judgments use the facts extracted at ingest, and a
+# waiting body would only cost memory (and state-store bytes in the streaming job).
+Deferred = tuple[Callable[..., None], tuple[Any, ...]]
 
 
 def register(cls: type[Rule]) -> type[Rule]:

@@ -27,6 +27,14 @@ class FetchStaleEpochServed(Rule):
     proposals = ("KIP-320",)
 
 
+def judged(outcomes: list[PartitionOutcome]) -> list[PartitionOutcome]:
+    """The outcomes :func:`judge` acts on: those served at a stated epoch, and
+    those without a response entry (counted as unverified). A rejected read, or
+    one that sent no epoch, raises nothing whatever the view holds, so it need
+    not wait for its grace window."""
+    return [o for o in outcomes if o.error is None or (o.error == KafkaError.NONE and o.epoch >= 0)]
+
+
 def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[PartitionOutcome]) -> None:
     for outcome in outcomes:
         if outcome.error is None:

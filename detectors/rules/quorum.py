@@ -4,8 +4,6 @@ grace window, so the verdicts do not depend on arrival order."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING
 
 from detectors.alerts import Evidence
@@ -21,12 +19,10 @@ from detectors.requests import (
     fetch_replica_id,
     quorum_partitions,
 )
-from detectors.rules.base import Rule, register
+from detectors.rules.base import Deferred, Rule, register
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
-
-Judgment = Callable[[], None]
 
 
 @register
@@ -82,7 +78,7 @@ class QuorumZombieLeader(Rule):
     proposals = ("KIP-595",)
 
 
-def ingest_state(cs: ClusterState, env: Envelope) -> list[Judgment]:
+def ingest_state(cs: ClusterState, env: Envelope) -> list[Deferred]:
     """A ``quorum_state`` event: the QuorumStateMessage ``env.node`` persisted."""
     body, node = env.body, env.node
     assert node is not None
@@ -105,24 +101,24 @@ def ingest_state(cs: ClusterState, env: Envelope) -> list[Judgment]:
             evidence=[previous[1]],
         )
     q.persisted_epochs[node] = (epoch, evidence)
-    judgments: list[Judgment] = []
+    judgments: list[Deferred] = []
     if voted >= 0:
         q.add_vote(node, voted, epoch, env.ts_ms, evidence)
-        judgments.append(partial(_judge_vote, cs, env, node, voted, epoch))
+        judgments.append((_judge_vote, (node, voted, epoch)))
     if leader == node:
         q.add_claim(node, epoch, env.ts_ms, evidence)
-        judgments.append(partial(_judge_claim, cs, env, node, epoch))
+        judgments.append((_judge_claim, (node, epoch)))
     else:
-        judgments.append(partial(_judge_step_down, cs, env, node, epoch))
+        judgments.append((_judge_step_down, (node, epoch)))
     return judgments
 
 
-def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Judgment]:
+def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Deferred]:
     """VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH and metadata-quorum FETCH lines."""
     node = env.node
     assert node is not None
     body = env.body
-    judgments: list[Judgment] = []
+    judgments: list[Deferred] = []
     if header.api_key == VOTE:
         granted = {i: p for i, (_, p) in enumerate(quorum_partitions(body, "response"))}
         request = get_obj(body, "request", "body")
@@ -139,7 +135,7 @@ def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Judg
                 "view", env, f"node {node} granted its vote to {candidate} in epoch {epoch}"
             )
             cs.quorum.add_vote(node, candidate, epoch, env.ts_ms, evidence)
-            judgments.append(partial(_judge_vote, cs, env, node, candidate, epoch))
+            judgments.append((_judge_vote, (node, candidate, epoch)))
     elif header.api_key in (BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH):
         for path, part in quorum_partitions(body, "request"):
             leader = get_int(part, "leaderId", path)
@@ -147,15 +143,15 @@ def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Judg
             if header.api_key == BEGIN_QUORUM_EPOCH:
                 evidence = Evidence.of("view", env, f"node {leader} began epoch {epoch} as leader")
                 cs.quorum.add_claim(leader, epoch, env.ts_ms, evidence)
-                judgments.append(partial(_judge_claim, cs, env, leader, epoch))
+                judgments.append((_judge_claim, (leader, epoch)))
             else:
-                judgments.append(partial(_judge_step_down, cs, env, leader, epoch))
+                judgments.append((_judge_step_down, (leader, epoch)))
     elif header.api_key == FETCH:
         judgments.extend(_ingest_quorum_fetch(cs, env, node))
     return judgments
 
 
-def _ingest_quorum_fetch(cs: ClusterState, env: Envelope, node: int) -> list[Judgment]:
+def _ingest_quorum_fetch(cs: ClusterState, env: Envelope, node: int) -> list[Deferred]:
     request = get_obj(env.body, "request", "body")
     response = get_obj(env.body, "response", "body", default={})
     if get_int(response, "errorCode", "body.response", default=0) != KafkaError.NONE:
@@ -167,7 +163,7 @@ def _ingest_quorum_fetch(cs: ClusterState, env: Envelope, node: int) -> list[Jud
         for _, t in objects(get_list(response, "responses", "body.response", default=[]), "r")
         for _, p in objects(get_list(t, "partitions", "r"), "p")
     ]
-    judgments: list[Judgment] = []
+    judgments: list[Deferred] = []
     for tpath, topic in objects(topics, "body.request.topics"):
         for path, part in objects(get_list(topic, "partitions", tpath), f"{tpath}.partitions"):
             epoch = get_int(part, "currentLeaderEpoch", path, default=-1)
@@ -186,7 +182,7 @@ def _ingest_quorum_fetch(cs: ClusterState, env: Envelope, node: int) -> list[Jud
                 "view", env, f"node {node} served a metadata fetch as leader of epoch {epoch}"
             )
             cs.quorum.add_claim(node, epoch, env.ts_ms, evidence)
-            judgments.append(partial(_judge_claim, cs, env, node, epoch))
+            judgments.append((_judge_claim, (node, epoch)))
     return judgments
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING
 
 from detectors.alerts import Evidence
@@ -18,12 +16,10 @@ from detectors.remote import (
     Segment,
     parse_event,
 )
-from detectors.rules.base import Rule, register
+from detectors.rules.base import Deferred, Rule, register
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
-
-Judgment = Callable[[], None]
 
 # state -> the states it may move to; a repeat of the same state is always allowed.
 ALLOWED = {
@@ -77,7 +73,7 @@ class RemoteSegmentInvalidTransition(Rule):
     proposals = ("KIP-405",)
 
 
-def ingest(cs: ClusterState, env: Envelope) -> list[Judgment]:
+def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
     event = parse_event(env.body)
     segment = cs.remote.segments.get(event.segment_id)
     if segment is None:
@@ -86,7 +82,7 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Judgment]:
         segment = Segment(event.segment_id, event.key, event.broker_id, event.cleaner)
         cs.remote.segments[event.segment_id] = segment
     old, new = segment.state, event.state
-    judgments: list[Judgment] = []
+    judgments: list[Deferred] = []
     name = f"segment {segment.segment_id} of {cs.describe(segment.key)}"
     if new == DELETE_FINISHED and old not in (DELETE_STARTED, DELETE_FINISHED):
         cs.emit(
@@ -115,7 +111,7 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Judgment]:
         _judge_upload(cs, segment)
     elif new == DELETE_FINISHED and old != DELETE_FINISHED:
         if old == DELETE_STARTED and segment.delete_request:
-            judgments.append(partial(_judge_delete, cs, env, segment))
+            judgments.append((_judge_delete, (segment,)))
         # A deleted segment is gone from remote storage: stop tracking it.
         del cs.remote.segments[segment.segment_id]
         part = cs.remote.partitions.get(segment.key)

@@ -153,9 +153,11 @@ def keep_running(child: ChildProcess, seconds: float) -> None:
     wait_until(lambda: time.monotonic() >= until, f"{seconds}s more of running", seconds + 5, alive=[child])
 
 
-def fencewatch_run(argv: list[str], log_path: Path) -> ChildProcess:
-    """``python -m fencewatch run ARGV`` as a (not yet started) child process."""
-    return ChildProcess([sys.executable, "-m", "fencewatch", "run", *argv], log_path)
+def fencewatch_run(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> ChildProcess:
+    """``python -m fencewatch run ARGV`` as a (not yet started) child process; its
+    metrics on a free port unless ARGV names one (tests run side by side)."""
+    metrics = [] if "--metrics-port" in argv else ["--metrics-port", "0"]
+    return ChildProcess([sys.executable, "-m", "fencewatch", "run", *argv, *metrics], log_path, env)
 
 
 class StandaloneCluster:

@@ -11,13 +11,16 @@ from pathlib import Path
 import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from detectors.engine import Detector
-from detectors.envelope import envelope_from_obj
+from detectors.envelope import DeadLetter, envelope_from_obj, parse_envelope
+from detectors.stats import dead_letter_class
 from detectors.truth import confusion, match_key
 from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker
 from streaming.job import JobOptions, start
+from streaming.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 
@@ -100,13 +103,15 @@ def test_streaming_alerts_equal_replay_and_ground_truth(spark, broker, make_topi
         trigger_seconds=0.5,
         idle_flush_ms=2_000,
     )
-    query = start(spark, options, console=None)
+    metrics = Metrics(CollectorRegistry())
+    query = start(spark, options, console=None, metrics=metrics)
     try:
         wait_for(lambda: len(read_topic(broker, alerts_topic)) >= len(expected), query, 400, "every alert")
         # Let the idle flush and a few more batches run, so a late extra or duplicate alert would show.
         wait_for(lambda: (query.lastProgress or {}).get("numInputRows") == 0, query, 60, "an idle batch")
     finally:
         query.stop()
+    check_metrics(metrics, events, records, expected, source, query)
     delivered = read_topic(broker, alerts_topic)
     ids = [h["fencewatch-id"] for h, _ in delivered]
     assert len(ids) == len(set(ids)), "an alert was delivered twice"
@@ -119,3 +124,42 @@ def test_streaming_alerts_equal_replay_and_ground_truth(spark, broker, make_topi
     assert all(letter["reason"] and letter["source_offset"] is not None for letter in letters)
     assert any("kind" in letter["reason"] for letter in letters)
     assert any("malformed JSON" in letter["reason"] for letter in letters)
+
+
+def check_metrics(metrics: Metrics, events, records, expected, topic: str, query) -> None:
+    """The job's metrics tell the same story as its output."""
+    registry = metrics.registry
+
+    def total(name: str, **labels: str) -> float:
+        return sum(
+            sample.value
+            for family in registry.collect()
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
+
+    wait_for(lambda: registry.get_sample_value("fencewatch_query_running") == 0, query, 30, "query stopped")
+    assert total("fencewatch_events_total", cluster="sim-1") == len(events)
+    assert total("fencewatch_dead_letters_total", cluster="sim-1") == len(BAD_RECORDS)
+    for reason in ("malformed_json", "wrong_type"):
+        expected_letters = sum(
+            dead_letter_class(item.reason) == reason
+            for item in (parse_envelope(bad) for bad in BAD_RECORDS)
+            if isinstance(item, DeadLetter)
+        )
+        assert expected_letters > 0
+        assert total("fencewatch_dead_letters_total", cluster="sim-1", reason=reason) == expected_letters
+    assert total("fencewatch_alerts_total", cluster="sim-1") == len(expected)
+    by_rule = {}
+    for alert in expected.values():
+        by_rule[alert["rule"]] = by_rule.get(alert["rule"], 0) + 1
+    for rule, n in by_rule.items():
+        assert total("fencewatch_alerts_total", cluster="sim-1", rule=rule) == n, rule
+    assert total("fencewatch_source_events_total", topic=topic) == len(records)
+    assert total("fencewatch_source_lag_events", topic=topic) == 0
+    assert total("fencewatch_batches_total") >= 1
+    assert total("fencewatch_batch_duration_seconds_count") == total("fencewatch_batches_total")
+    assert total("fencewatch_sink_records_total", sink="alerts_topic") == len(expected)
+    assert total("fencewatch_sink_records_total", sink="dead_letter_topic") == len(BAD_RECORDS)
+    assert total("fencewatch_tracked_partitions", cluster="sim-1") > 0
+    assert total("fencewatch_brokers", cluster="sim-1", state="registered") > 0

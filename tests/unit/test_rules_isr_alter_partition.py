@@ -273,6 +273,29 @@ def test_v2_only_error_sent_to_an_old_request_is_flagged(cluster, version, error
 
 
 @pytest.mark.violation("ALTER_PARTITION_ERROR_VERSION_MISMATCH")
+def test_v2_only_error_for_a_topic_the_view_cannot_resolve_still_names_the_topic(cluster):
+    """The verdict needs no view (a simulated history found this: the topic was
+    re-created within the clock skew of the request)."""
+    body = s.alter_partition(
+        "payments",
+        None,
+        4,
+        broker_id=1,
+        broker_epoch=10,
+        leader_epoch=0,
+        partition_epoch=1,
+        new_isr=[1, 2],
+        error=KafkaError.INELIGIBLE_REPLICA,
+        version=1,
+    )
+    cluster.request(6000, cluster.controller, body)
+    outcome = cluster.run()
+    assert outcome.keys == [
+        ("ALTER_PARTITION_ERROR_VERSION_MISMATCH", cluster.controller, 6000, 4, "payments")
+    ]
+
+
+@pytest.mark.violation("ALTER_PARTITION_ERROR_VERSION_MISMATCH")
 @pytest.mark.parametrize("version", [2, 3])
 def test_operation_not_attempted_for_an_ineligible_replica_at_v2_plus_is_flagged(cluster, version):
     make_ineligible(cluster, 5000, 3, "fenced")

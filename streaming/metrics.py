@@ -1,0 +1,254 @@
+"""Every Prometheus metric fencewatch exports, defined in this one module.
+
+All metrics live on the registry handed to :class:`Metrics` (tests use a fresh
+``CollectorRegistry()``). Names follow Prometheus conventions: ``fencewatch_``
+prefix, ``_total`` for counters, base units (seconds). Label sets are bounded:
+cluster, rule id, severity, status, event kind, Kafka API name, reason class,
+webhook endpoint name and source topic. No per-partition or per-broker series.
+
+Detector counters are not counted here: the stateful operator keeps them in
+its checkpointed state and ships a snapshot per cluster with each micro-batch
+(``detectors.stats``); :class:`DetectorCollector` exposes the newest snapshot
+at scrape time. So they restart from the checkpoint with the state, and a
+re-run batch never counts an event twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from detectors import rules
+from detectors.stats import split_event_key
+
+BROKER_STATES = ("registered", "fenced", "controlled_shutdown")
+BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120, 300)
+
+
+class DetectorCollector(Collector):
+    """Exposes the newest detector snapshot of each cluster (see detectors.stats)."""
+
+    def __init__(self) -> None:
+        self._snapshots: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def update(self, snapshot: Mapping[str, Any]) -> None:
+        """Keep ``snapshot`` unless a newer one (higher ``state_version``) is held."""
+        cluster = str(snapshot["cluster"])
+        with self._lock:
+            held = self._snapshots.get(cluster)
+            if held is None or held.get("state_version", 0) <= snapshot.get("state_version", 0):
+                self._snapshots[cluster] = dict(snapshot)
+
+    def clusters(self) -> list[str]:
+        with self._lock:
+            return sorted(self._snapshots)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            snapshots = [self._snapshots[c] for c in sorted(self._snapshots)]
+        events = CounterMetricFamily(
+            "fencewatch_events",
+            "Events judged, by kind and (for requests) Kafka API",
+            labels=["cluster", "kind", "api"],
+        )
+        unverified = CounterMetricFamily(
+            "fencewatch_unverified_events",
+            "Events that could not be checked (the view lacked their partition, broker or segment)",
+            labels=["cluster", "reason"],
+        )
+        dead_letters = CounterMetricFamily(
+            "fencewatch_dead_letters",
+            "Records sent to the dead-letter topic, by reason class",
+            labels=["cluster", "reason"],
+        )
+        alerts = CounterMetricFamily(
+            "fencewatch_alerts",
+            "Alerts raised, by rule, severity and status (firing, or resolved for timer rules)",
+            labels=["cluster", "rule", "severity", "status"],
+        )
+        late = CounterMetricFamily(
+            "fencewatch_late_events",
+            "Events that arrived later than the lateness allowance",
+            labels=["cluster"],
+        )
+        duplicates = CounterMetricFamily(
+            "fencewatch_duplicate_records",
+            "Metadata records seen again (same offset) and skipped",
+            labels=["cluster"],
+        )
+        open_alerts = GaugeMetricFamily(
+            "fencewatch_open_alerts",
+            "Timer alerts firing and not yet resolved (zombie quorum leaders)",
+            labels=["cluster", "rule"],
+        )
+        brokers = GaugeMetricFamily(
+            "fencewatch_brokers",
+            "Brokers by their state in the metadata log (fenced and controlled_shutdown are subsets of "
+            "registered)",
+            labels=["cluster", "state"],
+        )
+        tracked = {
+            name: GaugeMetricFamily(
+                f"fencewatch_tracked_{name}",
+                f"{name.capitalize()} in the detector's view",
+                labels=["cluster"],
+            )
+            for name in ("partitions", "topics", "brokers")
+        }
+        pending = GaugeMetricFamily(
+            "fencewatch_pending_judgments",
+            "Request outcomes waiting for their grace window before they are judged",
+            labels=["cluster"],
+        )
+        newest = GaugeMetricFamily(
+            "fencewatch_newest_event_timestamp_seconds",
+            "Event time of the newest event processed (Unix seconds)",
+            labels=["cluster"],
+        )
+        for snap in snapshots:
+            cluster = snap["cluster"]
+            for key, n in sorted(snap["events"].items()):
+                kind, api = split_event_key(key)
+                events.add_metric([cluster, kind, api], n)
+            for reason, n in sorted(snap["unverified"].items()):
+                unverified.add_metric([cluster, reason], n)
+            for reason, n in sorted(snap["dead_letters"].items()):
+                dead_letters.add_metric([cluster, reason], n)
+            # Every rule's firing series exists from the start at 0, so that
+            # increase() sees the first alert of a rule (a series born at 1 shows none).
+            raised = {(rule, severity, status): n for rule, severity, status, n in snap["alerts"]}
+            for rule in rules.RULES.values():
+                raised.setdefault((rule.id, rule.severity, "firing"), 0)
+            for (rule_id, severity, status), n in sorted(raised.items()):
+                alerts.add_metric([cluster, rule_id, severity, status], n)
+            late.add_metric([cluster], snap["late"])
+            duplicates.add_metric([cluster], snap["duplicates"])
+            open_alerts.add_metric(
+                [cluster, "QUORUM_ZOMBIE_LEADER"], snap["open_alerts"].get("QUORUM_ZOMBIE_LEADER", 0)
+            )
+            for state in BROKER_STATES:
+                brokers.add_metric([cluster, state], snap["brokers"][state])
+            for name, family in tracked.items():
+                family.add_metric([cluster], snap[f"tracked_{name}"])
+            pending.add_metric([cluster], snap["pending_judgments"])
+            if snap["newest_event_ts_ms"] is not None:
+                newest.add_metric([cluster], snap["newest_event_ts_ms"] / 1000)
+        yield from (events, unverified, dead_letters, alerts, late, duplicates, open_alerts, brokers)
+        yield from tracked.values()
+        yield from (pending, newest)
+
+
+class Metrics:
+    """The job's metrics on one registry: detector snapshots, the query's
+    progress, the sinks and webhook delivery."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+        self.detector = DetectorCollector()
+        registry.register(self.detector)
+        self.build = Info("fencewatch_build", "fencewatch version", registry=registry)
+
+        # ---- the streaming query (fed by streaming.listener) ----
+        self.query_running = Gauge(
+            "fencewatch_query_running",
+            "1 while the streaming query runs, 0 once it stopped",
+            registry=registry,
+        )
+        self.query_failures = Counter(
+            "fencewatch_query_failures", "Streaming query terminations with an error", registry=registry
+        )
+        self.batches = Counter("fencewatch_batches", "Micro-batches completed", registry=registry)
+        self.batch_duration = Histogram(
+            "fencewatch_batch_duration_seconds",
+            "Wall time of each micro-batch",
+            buckets=BATCH_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.last_batch = Gauge(
+            "fencewatch_last_batch_timestamp_seconds",
+            "When the query last started, completed a micro-batch or reported itself idle (Unix seconds)",
+            registry=registry,
+        )
+        self.source_events = Counter(
+            "fencewatch_source_events", "Records read from the event topic", ["topic"], registry=registry
+        )
+        self.input_rate = Gauge(
+            "fencewatch_input_events_per_second",
+            "Arrival rate Spark measured over the newest micro-batch",
+            registry=registry,
+        )
+        self.processing_rate = Gauge(
+            "fencewatch_processed_events_per_second",
+            "Processing rate Spark measured over the newest micro-batch",
+            registry=registry,
+        )
+        self.source_lag_events = Gauge(
+            "fencewatch_source_lag_events",
+            "Records in the event topic not yet processed",
+            ["topic"],
+            registry=registry,
+        )
+        self.source_lag_seconds = Gauge(
+            "fencewatch_source_lag_seconds",
+            "How long ago the oldest unprocessed record became available (0 when caught up)",
+            ["topic"],
+            registry=registry,
+        )
+
+        # ---- sinks ----
+        self.sink_records = Counter(
+            "fencewatch_sink_records",
+            "Records delivered to a sink for the first time (alerts topic, dead-letter topic)",
+            ["sink"],
+            registry=registry,
+        )
+
+        # ---- webhook delivery (fed by streaming.webhooks) ----
+        self.webhook_deliveries = Counter(
+            "fencewatch_webhook_deliveries",
+            "Alerts delivered to a webhook endpoint",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.webhook_failures = Counter(
+            "fencewatch_webhook_failures",
+            "Failed delivery attempts, by reason (timeout, connection, http_4xx, http_5xx)",
+            ["endpoint", "reason"],
+            registry=registry,
+        )
+        self.webhook_dropped = Counter(
+            "fencewatch_webhook_dropped",
+            "Alerts given up on (older than the endpoint's max age, or rejected as permanently invalid)",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.webhook_rate_limited = Counter(
+            "fencewatch_webhook_rate_limited",
+            "Deliveries held back by the endpoint's rate limit",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.webhook_backlog = Gauge(
+            "fencewatch_webhook_backlog",
+            "Alerts waiting in the outbox for an endpoint (retry backlog)",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.webhook_oldest_pending = Gauge(
+            "fencewatch_webhook_oldest_pending_seconds",
+            "Age of the oldest alert waiting for an endpoint (0 when none waits)",
+            ["endpoint"],
+            registry=registry,
+        )
+
+
+def serve(metrics: Metrics, port: int, addr: str = "0.0.0.0") -> int:
+    """Serve ``/metrics`` on ``port`` (0: any free port) in a daemon thread; returns the port."""
+    server, _ = start_http_server(port, addr=addr, registry=metrics.registry)
+    return int(server.server_port)

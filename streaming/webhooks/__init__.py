@@ -1,0 +1,22 @@
+"""Webhook alert delivery: endpoints from a TOML file, a durable SQLite
+outbox, and a dispatcher that delivers each alert to each endpoint once.
+
+    from streaming.webhooks import Dispatcher, load_endpoints
+
+    dispatcher = Dispatcher(load_endpoints("webhooks.toml"), "webhooks.sqlite", metrics)
+    dispatcher.start()
+    dispatcher.enqueue(alert_dicts)   # from each micro-batch
+    dispatcher.stop()
+
+Modules: ``config`` (endpoints and their validation), ``payloads`` (the three
+formats), ``signing`` (HMAC headers), ``pacing`` (backoff, token bucket),
+``outbox`` (SQLite), ``dispatcher`` (delivery), ``receiver`` (a receiver for
+tests and docker-compose).
+"""
+
+from __future__ import annotations
+
+from streaming.webhooks.config import Endpoint, WebhookConfigError, load_endpoints
+from streaming.webhooks.dispatcher import Dispatcher
+
+__all__ = ["Dispatcher", "Endpoint", "WebhookConfigError", "load_endpoints"]

@@ -1,0 +1,138 @@
+"""Request bodies for the three webhook formats, built from one SPEC 3 alert dict.
+
+- ``json``: the alert object itself, unchanged.
+- ``alertmanager``: Alertmanager's webhook payload, version 4, carrying this
+  one alert, so receivers written for Alertmanager (PagerDuty, Opsgenie,
+  alertmanager-webhook bridges) take fencewatch alerts as they are.
+- ``slack``: ``{"text": ...}``, one readable line, for Slack-style incoming webhooks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+# Alertmanager's "not ended" endsAt: Go's zero time.
+ZERO_TIME = "0001-01-01T00:00:00Z"
+# Labels identify an alert series: the same for its firing and its resolved
+# alert (whose alert_id differs), so receivers pair them by fingerprint.
+LABEL_FIELDS = ("cluster", "topic", "partition", "node")
+
+
+def render(fmt: str, alert: Mapping[str, Any], receiver: str, external_url: str = "") -> bytes:
+    """The body for ``fmt`` (json | alertmanager | slack); ``receiver`` is the endpoint name."""
+    if fmt == "json":
+        return orjson.dumps(alert)
+    if fmt == "alertmanager":
+        return orjson.dumps(alertmanager(alert, receiver, external_url))
+    if fmt == "slack":
+        return orjson.dumps({"text": slack_text(alert)})
+    raise ValueError(f"unknown webhook format {fmt!r}")
+
+
+def rfc3339(ts_ms: int) -> str:
+    """Milliseconds since the epoch as an RFC 3339 UTC time, e.g. ``2027-01-15T08:00:00.123Z``."""
+    return datetime.fromtimestamp(ts_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def labels(alert: Mapping[str, Any]) -> dict[str, str]:
+    """Alertmanager labels: strings only, absent fields left out (an empty label is no label)."""
+    out = {"alertname": str(alert["rule"]), "rule": str(alert["rule"]), "severity": str(alert["severity"])}
+    for key in LABEL_FIELDS:
+        if alert.get(key) is not None:
+            out[key] = str(alert[key])
+    if alert.get("topic") is None and alert.get("topic_id") is not None:
+        out["topic_id"] = str(alert["topic_id"])
+    return out
+
+
+def fingerprint(alert_labels: Mapping[str, str]) -> str:
+    """16 hex digits identifying the label set, as Alertmanager's fingerprint does."""
+    text = "\x1f".join(f"{k}\x1e{v}" for k, v in sorted(alert_labels.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def where(alert: Mapping[str, Any]) -> str:
+    """``topic-partition`` (or the topic id when the name is unknown); empty without a partition."""
+    topic = alert.get("topic") or alert.get("topic_id")
+    if alert.get("partition") is None:
+        return str(topic) if topic else ""
+    return f"{topic}-{alert['partition']}"
+
+
+def alertmanager(alert: Mapping[str, Any], receiver: str, external_url: str = "") -> dict[str, Any]:
+    """The Alertmanager webhook v4 payload for one alert."""
+    status = str(alert.get("status") or "firing")
+    alert_labels = labels(alert)
+    links = [str(link) for link in alert.get("links") or []]
+    annotations = {
+        "summary": str(alert["message"]),
+        "description": _description(alert),
+        "alert_id": str(alert["alert_id"]),
+    }
+    if links:
+        annotations["links"] = " ".join(links)
+    ts_ms = int(alert["ts_ms"])
+    if status == "resolved":
+        # A resolved alert's evidence holds the event that fired it: its start.
+        evidence_ts = [int(e["ts_ms"]) for e in alert.get("evidence") or [] if e.get("ts_ms") is not None]
+        starts_at, ends_at = rfc3339(min([ts_ms, *evidence_ts])), rfc3339(ts_ms)
+    else:
+        starts_at, ends_at = rfc3339(ts_ms), ZERO_TIME
+    fp = fingerprint(alert_labels)
+    # One alert per notification: its group is the alert series, so a receiver
+    # that keys incidents on groupKey resolves the one that fired.
+    return {
+        "version": "4",
+        "groupKey": f'{{}}:{{fingerprint="{fp}"}}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": receiver,
+        "groupLabels": {},
+        "commonLabels": dict(alert_labels),
+        "commonAnnotations": dict(annotations),
+        "externalURL": external_url,
+        "alerts": [
+            {
+                "status": status,
+                "labels": alert_labels,
+                "annotations": annotations,
+                "startsAt": starts_at,
+                "endsAt": ends_at,
+                # The proposal the rule enforces is the closest thing to "what generated this".
+                "generatorURL": links[0] if links else "",
+                "fingerprint": fp,
+            }
+        ],
+    }
+
+
+def _description(alert: Mapping[str, Any]) -> str:
+    parts = [f"{alert['rule']} ({alert['severity']}, {alert.get('status') or 'firing'})"]
+    parts.append(f"cluster {alert.get('cluster')}")
+    if where(alert):
+        parts.append(where(alert))
+    if alert.get("node") is not None:
+        parts.append(f"node {alert['node']}")
+    parts.append(f"at {rfc3339(int(alert['ts_ms']))}")
+    return f"{', '.join(parts)}: {alert['message']}"
+
+
+def slack_text(alert: Mapping[str, Any]) -> str:
+    """One line: ``[CRITICAL] RULE cluster c1 orders-0 node 2: message`` (``RESOLVED`` when resolved)."""
+    tag = str(alert["severity"]).upper()
+    if alert.get("status") == "resolved":
+        tag += " RESOLVED"
+    parts = [f"[{tag}]", str(alert["rule"]), f"cluster {alert.get('cluster')}"]
+    if where(alert):
+        parts.append(where(alert))
+    if alert.get("node") is not None:
+        parts.append(f"node {alert['node']}")
+    line = f"{' '.join(parts)}: {alert['message']}"
+    line = " ".join(line.split())  # one line, whatever the message holds
+    # Slack reads &, < and > as markup (links, mentions); these must be escaped.
+    return line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
