@@ -35,9 +35,31 @@ DETECTOR_SCHEMA = StructType([StructField("version", LongType()), StructField("s
 _MISSING = object()
 
 
+Fingerprint = tuple[int, int, PartitionState] | None
+
+
+def _fingerprint(history: History[PartitionState] | None) -> Fingerprint:
+    """What changes whenever a history is appended to or pruned (it is never
+    edited otherwise), so unchanged histories need not be written back. It
+    holds the latest state itself, compared by identity: an object kept alive
+    cannot be mistaken for a new one."""
+    if history is None:
+        return None
+    return (len(history), history.first_ts_ms, history.latest)
+
+
+def _same(a: Fingerprint, b: Fingerprint) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a[0] == b[0] and a[1] == b[1] and a[2] is b[2]
+
+
 class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
-    """A dict-like view of the ``partitions`` MapState that reads lazily and
-    writes back what was touched when :meth:`flush` is called."""
+    """A dict-like view of the ``partitions`` MapState that reads lazily and,
+    when :meth:`flush` is called, writes back what changed.
+
+    Rules read far more partitions than metadata changes: writing back only
+    changed histories saves a pickle and a state-server round trip per read."""
 
     # Histories kept in memory between batches; beyond this the cache is dropped
     # after a flush, so a worker's memory does not grow with the partition count.
@@ -46,6 +68,8 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
     def __init__(self) -> None:
         self._backend: MapState | None = None
         self._cache: dict[PartitionKey, History[PartitionState] | None] = {}
+        # What the state store holds for each cached key, as a fingerprint (None: nothing).
+        self._stored: dict[PartitionKey, Fingerprint] = {}
         self._touched: set[PartitionKey] = set()
 
     def attach(self, backend: MapState) -> None:
@@ -63,6 +87,7 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         value = self._backend.getValue(key) if self._backend.containsKey(key) else None
         history = pickle.loads(value[0]) if value is not None else None
         self._cache[key] = history
+        self._stored[key] = _fingerprint(history)
         return history
 
     def __getitem__(self, key: PartitionKey) -> History[PartitionState]:
@@ -83,7 +108,7 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         return self._load(key) is not None  # type: ignore[arg-type]
 
     def __setitem__(self, key: PartitionKey, value: History[PartitionState]) -> None:
-        self._cache[key] = value
+        self._cache[key] = value  # a key never loaded is written at flush: nothing to compare with
         self._touched.add(key)
 
     def __delitem__(self, key: PartitionKey) -> None:
@@ -99,16 +124,22 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         raise TypeError("the number of tracked partitions is not kept in memory")
 
     def flush(self) -> int:
-        """Write back every partition touched since the last flush. Returns how many."""
+        """Write back every partition changed since the last flush. Returns how many."""
         assert self._backend is not None
+        written = 0
         for key in self._touched:
             history = self._cache.get(key)
+            fingerprint = _fingerprint(history)
+            if key in self._stored and _same(fingerprint, self._stored[key]):
+                continue
             if history is None:
                 self._backend.removeKey(key)
             else:
                 self._backend.updateValue(key, (pickle.dumps(history, protocol=pickle.HIGHEST_PROTOCOL),))
-        written = len(self._touched)
+            self._stored[key] = fingerprint
+            written += 1
         self._touched.clear()
         if len(self._cache) > self.MAX_CACHED:
             self._cache.clear()
+            self._stored.clear()
         return written
