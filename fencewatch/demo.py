@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from detectors.truth import confusion
+from fencewatch.observability import add_observability_options, observability
 from fencewatch.report import print_confusion
-from fencewatch.run import add_observability_options, observability
 from producers.kafka_publisher import KafkaPublisher, TokenBucket
 from producers.simulator import SimConfig, Simulator
 
