@@ -46,7 +46,7 @@ from detectors.requests import (
 )
 from detectors.rules.base import Deferred
 from detectors.stats import cluster_snapshot, dead_letter_class
-from detectors.view import PartitionState
+from detectors.view import PartitionState, own_topic_key
 
 Judgment = Callable[[], None]
 
@@ -242,7 +242,7 @@ class Detector:
         for p in partitions:
             if p.error != 0:
                 continue
-            key = p.topic_id or f"name:{p.topic}"
+            key = own_topic_key(p.topic, p.topic_id)
             state = PartitionState(
                 leader=p.leader,
                 leader_epoch=p.leader_epoch,

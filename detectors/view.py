@@ -21,6 +21,13 @@ NO_LEADER_CHANGE = -2
 MV_3_6_IV0 = 12
 
 PartitionKey = tuple[str, int]  # (topic id, or "name:<topic>" where no id exists; index)
+NULL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's zero UUID: "no topic id" in requests
+
+
+def own_topic_key(name: str | None, topic_id: str | None) -> str:
+    """The key a request's own topic fields give, without the view: its topic id,
+    else ``name:<topic>``."""
+    return topic_id if topic_id and topic_id != NULL_TOPIC_ID else f"name:{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +116,21 @@ class ClusterView:
         """The key under which a topic's partitions are kept, or None if unknown.
         A name resolves to the topic it named at ``ts_ms`` (default: now), since
         a deleted topic's name can be reused."""
-        if topic_id and topic_id != "AAAAAAAAAAAAAAAAAAAAAA":
+        if topic_id and topic_id != NULL_TOPIC_ID:
             return topic_id if topic_id in self.topics else None
         if name is None:
             return None
         named = self.topic_ids_by_name.get(name)
         if named is not None:
             return named.latest if ts_ms is None else named.at(ts_ms)
-        legacy = f"name:{name}"
+        legacy = own_topic_key(name, None)
         return legacy if legacy in self.topics else None
+
+    def topic_key(self, name: str | None, topic_id: str | None, ts_ms: int) -> str:
+        """For naming an alert's partition where the verdict needs no view: the
+        topic as the view resolves it at ``ts_ms``, else as the request names it
+        (a topic created or re-created within the clock skew resolves to nothing)."""
+        return self.resolve_topic(name, topic_id, ts_ms) or own_topic_key(name, topic_id)
 
     def topic_name(self, key: str | None) -> str | None:
         topic = self.topics.get(key) if key else None

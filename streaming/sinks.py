@@ -144,7 +144,6 @@ class Sinks:
         self.on_alert = on_alert
         self.metrics = metrics
         self.webhooks = webhooks
-        self.counts = {ALERT: 0, DEAD_LETTER: 0}
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         rows = batch.collect()  # alerts, dead letters and one snapshot per cluster: few
@@ -156,8 +155,6 @@ class Sinks:
             self.webhooks.enqueue(orjson.loads(r.payload) for r in alerts)
         new_alerts = self.alerts.publish(alerts, batch_id)
         new_letters = self.dead_letters.publish(letters, batch_id)
-        self.counts[ALERT] += len(new_alerts)
-        self.counts[DEAD_LETTER] += len(new_letters)
         if self.metrics is not None:
             self.metrics.sink_records.labels(sink="alerts_topic").inc(len(new_alerts))
             self.metrics.sink_records.labels(sink="dead_letter_topic").inc(len(new_letters))

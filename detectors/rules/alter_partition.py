@@ -105,12 +105,7 @@ def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: Alter
                 f"v{header.api_version} (ineligible: {ineligible})"
             )
     if wrong:
-        # The verdict needs no view, so neither does naming the partition: where the
-        # view cannot resolve the topic at this instant (created or re-created within
-        # the skew), the request's own name or id says which it is.
-        key = cs.view.resolve_topic(entry.topic, entry.topic_id, env.ts_ms) or (
-            entry.topic_id or f"name:{entry.topic}"
-        )
+        key = cs.view.topic_key(entry.topic, entry.topic_id, env.ts_ms)
         cs.emit(
             AlterPartitionErrorVersionMismatch,
             env,

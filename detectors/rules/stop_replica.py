@@ -83,7 +83,7 @@ def judge(cs: ClusterState, env: Envelope, header: Header, request: StopReplica)
     for part in request.partitions:
         if part.leader_epoch == DELETE_SENTINEL:
             if part.error == KafkaError.FENCED_LEADER_EPOCH:
-                found = cs.view.resolve_topic(part.topic, None, env.ts_ms)
+                topic_key = cs.view.topic_key(part.topic, None, env.ts_ms)
                 cs.emit(
                     StopReplicaDeleteSentinelRejected,
                     env,
@@ -91,7 +91,7 @@ def judge(cs: ClusterState, env: Envelope, header: Header, request: StopReplica)
                     f"for {part.topic}-{part.partition} with FENCED_LEADER_EPOCH",
                     node=node,
                     identity=identity,
-                    partition_key=(found or f"name:{part.topic}", part.partition),
+                    partition_key=(topic_key, part.partition),
                 )
             continue
         if part.leader_epoch < 0:
