@@ -31,7 +31,7 @@ class Counters:
     unverified: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
     late: int = 0
-    dead_letters: dict[str, int] = field(default_factory=dict)  # by detectors.stats reason class
+    dead_letters: dict[str, int] = field(default_factory=dict)  # by DeadLetterClass value
     alerts: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (rule, severity, status)
 
     def bump(self, table: dict[Any, int], key: Any) -> None:

@@ -45,7 +45,7 @@ from detectors.requests import (
     stop_replica,
 )
 from detectors.rules.base import Deferred
-from detectors.stats import cluster_snapshot, dead_letter_class
+from detectors.stats import cluster_snapshot
 from detectors.view import PartitionState, own_topic_key
 
 Judgment = Callable[[], None]
@@ -104,7 +104,7 @@ class Detector:
             judgments = self._dispatch(cs, env)
         except BadRecord as exc:
             self.counters.bump(self.counters.events, "dead_letter")
-            letter = DeadLetter(env.position, exc.reason, "")
+            letter = DeadLetter(env.position, exc.reason, "", kind=exc.kind)
             self.dead_letter(letter)
             return letter
         except Unverified as exc:
@@ -130,8 +130,9 @@ class Detector:
             heapq.heappush(cs.pending, (due, env.ts_ms, self._arrivals, judgment))
 
     def dead_letter(self, letter: DeadLetter) -> None:
-        """Count a record that could not be used, by the class of its reason."""
-        self.counters.bump(self.counters.dead_letters, dead_letter_class(letter.reason))
+        """Count a record that could not be used, by its class."""
+        # The plain string: counters are pickled with the detector and exported as labels.
+        self.counters.bump(self.counters.dead_letters, letter.kind.value)
 
     def snapshot(self, cluster: str) -> dict[str, Any]:
         """Counters and state sizes of one cluster (see detectors.stats)."""

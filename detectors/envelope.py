@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from importlib import resources
 from typing import Any, TypeGuard
 
@@ -34,12 +35,34 @@ def load_schema() -> dict[str, Any]:
 _validate = fastjsonschema.compile(load_schema())
 
 
-class BadRecord(ValueError):
-    """A record that cannot be used; ``reason`` names the field and the problem."""
+class DeadLetterClass(StrEnum):
+    """What kind of problem made a record unusable. The place that rejects a
+    record names its class, because the class labels a metric (a small fixed
+    set: bounded cardinality) while the free-text reason is for people and may
+    be reworded."""
 
-    def __init__(self, reason: str):
+    NOT_UTF8 = "not_utf8"
+    MALFORMED_JSON = "malformed_json"
+    CLUSTER_MISMATCH = "cluster_mismatch"  # record key and envelope name different clusters
+    MISSING_FIELD = "missing_field"
+    OUT_OF_RANGE = "out_of_range"
+    WRONG_TYPE = "wrong_type"  # including a name outside a closed set (an enum)
+    NO_TIMESTAMP = "no_timestamp"  # none, or none usable
+    INVALID = "invalid"  # anything else
+
+
+class BadRecord(ValueError):
+    """A record that cannot be used; ``reason`` names the field and the problem,
+    ``kind`` its class."""
+
+    def __init__(self, reason: str, kind: DeadLetterClass):
         super().__init__(reason)
         self.reason = reason
+        self.kind = kind
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default pickles only the message, which __init__ cannot be called with.
+        return (BadRecord, (self.reason, self.kind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +93,29 @@ class Envelope:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A record that was not used, with why and where."""
+    """A record that was not used, with why and where. ``kind`` has no default
+    so that every place making a dead letter says which class it is."""
 
     position: str
     reason: str
     raw: str = field(default="", repr=False)
+    kind: DeadLetterClass = field(kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {"position": self.position, "reason": self.reason, "raw": self.raw[:2000]}
+
+
+# The class of a schema failure, by the JSON Schema keyword the value broke
+# (fastjsonschema's ``rule``); these are all the keywords envelope.schema.json uses.
+_SCHEMA_RULE_CLASSES = {
+    "required": DeadLetterClass.MISSING_FIELD,
+    "type": DeadLetterClass.WRONG_TYPE,
+    "enum": DeadLetterClass.WRONG_TYPE,
+    "minimum": DeadLetterClass.OUT_OF_RANGE,
+    "maximum": DeadLetterClass.OUT_OF_RANGE,
+    "minLength": DeadLetterClass.OUT_OF_RANGE,
+    "maxLength": DeadLetterClass.OUT_OF_RANGE,
+}
 
 
 def _schema_reason(exc: fastjsonschema.JsonSchemaValueException) -> str:
@@ -122,18 +160,21 @@ def _plain_envelope(obj: dict[str, Any], position: str, seq: int) -> Envelope | 
 def envelope_from_obj(obj: Any, position: str = "", seq: int = 0) -> Envelope:
     """Validate a decoded JSON value as an envelope; raise :class:`BadRecord`."""
     if not isinstance(obj, dict):
-        raise BadRecord(f"envelope must be a JSON object, got {type(obj).__name__}")
+        raise BadRecord(
+            f"envelope must be a JSON object, got {type(obj).__name__}", DeadLetterClass.WRONG_TYPE
+        )
     env = _plain_envelope(obj, position, seq)
     if env is not None:
         return env
     try:
         _validate(obj)
     except fastjsonschema.JsonSchemaValueException as exc:
-        raise BadRecord(_schema_reason(exc)) from None
+        kind = _SCHEMA_RULE_CLASSES.get(exc.rule or "", DeadLetterClass.INVALID)
+        raise BadRecord(_schema_reason(exc), kind) from None
     for name in ("ts_ms", "node", "offset"):
         if isinstance(obj.get(name), float):
-            raise BadRecord(f"{name} must be an integer, got a float")
-    raise BadRecord("envelope rejected by detectors/schema/envelope.schema.json")
+            raise BadRecord(f"{name} must be an integer, got a float", DeadLetterClass.WRONG_TYPE)
+    raise BadRecord("envelope rejected by detectors/schema/envelope.schema.json", DeadLetterClass.INVALID)
 
 
 def envelope_or_dead_letter(obj: Any, position: str, seq: int, raw: bytes | str) -> Envelope | DeadLetter:
@@ -141,7 +182,7 @@ def envelope_or_dead_letter(obj: Any, position: str, seq: int, raw: bytes | str)
     try:
         return envelope_from_obj(obj, position, seq)
     except BadRecord as exc:
-        return DeadLetter(position, exc.reason, _as_text(raw))  # decoded only when kept
+        return DeadLetter(position, exc.reason, _as_text(raw), kind=exc.kind)  # decoded only when kept
 
 
 def parse_envelope(raw: bytes | str, position: str = "", seq: int = 0) -> Envelope | DeadLetter:
@@ -149,7 +190,8 @@ def parse_envelope(raw: bytes | str, position: str = "", seq: int = 0) -> Envelo
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        return DeadLetter(position, f"malformed JSON: {exc}", _as_text(raw))
+        reason = f"malformed JSON: {exc}"
+        return DeadLetter(position, reason, _as_text(raw), kind=DeadLetterClass.MALFORMED_JSON)
     return envelope_or_dead_letter(obj, position, seq, raw)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detectors.envelope import BadRecord
+from detectors.envelope import BadRecord, DeadLetterClass
 
 INT16 = (-(2**15), 2**15 - 1)
 INT32 = (-(2**31), 2**31 - 1)
@@ -21,12 +21,16 @@ def get_int(obj: dict[str, Any], key: str, path: str, *, bounds=INT32, default: 
         return value  # the everyday case, settled in one test
     if value is ...:
         if default is ...:
-            raise BadRecord(f"missing field {path}.{key}")
+            raise BadRecord(f"missing field {path}.{key}", DeadLetterClass.MISSING_FIELD)
         return int(default)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRecord(f"{path}.{key} must be an integer, got {type(value).__name__}")
+        raise BadRecord(
+            f"{path}.{key} must be an integer, got {type(value).__name__}", DeadLetterClass.WRONG_TYPE
+        )
     if not bounds[0] <= value <= bounds[1]:
-        raise BadRecord(f"{path}.{key} = {value} is out of range for its Kafka type")
+        raise BadRecord(
+            f"{path}.{key} = {value} is out of range for its Kafka type", DeadLetterClass.OUT_OF_RANGE
+        )
     return value
 
 
@@ -34,17 +38,21 @@ def get_str(obj: dict[str, Any], key: str, path: str, *, default: Any = ...) -> 
     value = obj.get(key)
     if value is None:
         if default is ...:
-            raise BadRecord(f"missing field {path}.{key}")
+            raise BadRecord(f"missing field {path}.{key}", DeadLetterClass.MISSING_FIELD)
         return default  # type: ignore[no-any-return]
     if not isinstance(value, str):
-        raise BadRecord(f"{path}.{key} must be a string, got {type(value).__name__}")
+        raise BadRecord(
+            f"{path}.{key} must be a string, got {type(value).__name__}", DeadLetterClass.WRONG_TYPE
+        )
     return value
 
 
 def get_bool(obj: dict[str, Any], key: str, path: str, *, default: bool) -> bool:
     value = obj.get(key, default)
     if not isinstance(value, bool):
-        raise BadRecord(f"{path}.{key} must be a boolean, got {type(value).__name__}")
+        raise BadRecord(
+            f"{path}.{key} must be a boolean, got {type(value).__name__}", DeadLetterClass.WRONG_TYPE
+        )
     return value
 
 
@@ -52,10 +60,12 @@ def get_list(obj: dict[str, Any], key: str, path: str, *, default: Any = ...) ->
     value = obj.get(key)
     if value is None:
         if default is ...:
-            raise BadRecord(f"missing field {path}.{key}")
+            raise BadRecord(f"missing field {path}.{key}", DeadLetterClass.MISSING_FIELD)
         return default  # type: ignore[no-any-return]
     if not isinstance(value, list):
-        raise BadRecord(f"{path}.{key} must be a list, got {type(value).__name__}")
+        raise BadRecord(
+            f"{path}.{key} must be a list, got {type(value).__name__}", DeadLetterClass.WRONG_TYPE
+        )
     return value
 
 
@@ -63,10 +73,12 @@ def get_obj(obj: dict[str, Any], key: str, path: str, *, default: Any = ...) -> 
     value = obj.get(key)
     if value is None:
         if default is ...:
-            raise BadRecord(f"missing field {path}.{key}")
+            raise BadRecord(f"missing field {path}.{key}", DeadLetterClass.MISSING_FIELD)
         return default  # type: ignore[no-any-return]
     if not isinstance(value, dict):
-        raise BadRecord(f"{path}.{key} must be an object, got {type(value).__name__}")
+        raise BadRecord(
+            f"{path}.{key} must be an object, got {type(value).__name__}", DeadLetterClass.WRONG_TYPE
+        )
     return value
 
 
@@ -91,7 +103,9 @@ def objects(items: list[Any], path: object) -> list[tuple[Any, dict[str, Any]]]:
     out = []
     for i, item in enumerate(items):
         if type(item) is not dict:
-            raise BadRecord(f"{path}[{i}] must be an object, got {type(item).__name__}")
+            raise BadRecord(
+                f"{path}[{i}] must be an object, got {type(item).__name__}", DeadLetterClass.WRONG_TYPE
+            )
         out.append((Item(path, i), item))
     return out
 
@@ -99,5 +113,6 @@ def objects(items: list[Any], path: object) -> list[tuple[Any, dict[str, Any]]]:
 def int_list(items: list[Any], path: str) -> tuple[int, ...]:
     for i, item in enumerate(items):
         if isinstance(item, bool) or not isinstance(item, int) or not INT32[0] <= item <= INT32[1]:
-            raise BadRecord(f"{path}[{i}] must be a broker id (int32), got {item!r}")
+            kind = DeadLetterClass.OUT_OF_RANGE if type(item) is int else DeadLetterClass.WRONG_TYPE
+            raise BadRecord(f"{path}[{i}] must be a broker id (int32), got {item!r}", kind)
     return tuple(items)

@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from detectors.envelope import DeadLetter, Envelope, envelope_or_dead_letter
+from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
 from detectors.lines import decode_line
 
 _RECORD = re.compile(r"\|\s*offset: (-?\d+) (\w+): (-?\d+)(.*)")
@@ -177,7 +177,7 @@ def _parse(
             batch.seen += 1
         if utf8_error is not None:
             counts.dead_letters += 1
-            yield DeadLetter(position, f"not UTF-8: {utf8_error}", text)
+            yield DeadLetter(position, f"not UTF-8: {utf8_error}", text, kind=DeadLetterClass.NOT_UTF8)
             continue
         item = _record(text, position, section, index, cluster, node, seq, counts)
         if isinstance(item, Envelope):
@@ -254,7 +254,7 @@ def _record(
     batch = section.batch
     if line is None:
         reason = "unrecognised record line: no 'offset:' and no 'payload:'"
-        return DeadLetter(position, reason, text)
+        return DeadLetter(position, reason, text, kind=DeadLetterClass.INVALID)
     in_control_batch = batch is not None and batch.is_control
     if line.control is not None or (line.payload is None and in_control_batch):
         kind = line.control or UNKNOWN_CONTROL
@@ -264,24 +264,26 @@ def _record(
         return None
     if line.payload is None:
         reason = "record line has no payload (dump with --cluster-metadata-decoder)"
-        return DeadLetter(position, reason, text)
+        return DeadLetter(position, reason, text, kind=DeadLetterClass.INVALID)
     offset, ts_ms = line.offset, line.ts_ms
     if offset is None:  # printed with --skip-record-metadata: place it by its batch
         if batch is None:
-            return DeadLetter(
-                position, "record without offset or timestamp and no batch header before it", text
-            )
+            reason = "record without offset or timestamp and no batch header before it"
+            return DeadLetter(position, reason, text, kind=DeadLetterClass.NO_TIMESTAMP)
         offset, ts_ms = batch.base_offset + index, batch.ts_ms
         if offset > batch.last_offset:
             reason = f"more records than the batch header announces (last {batch.last_offset})"
-            return DeadLetter(position, reason, text)
+            return DeadLetter(position, reason, text, kind=DeadLetterClass.INVALID)
     elif line.ts_type not in _TS_TYPES:
-        return DeadLetter(position, f"record has no timestamp ({line.ts_type}: {ts_ms})", text)
+        reason = f"record has no timestamp ({line.ts_type}: {ts_ms})"
+        return DeadLetter(position, reason, text, kind=DeadLetterClass.NO_TIMESTAMP)
     if ts_ms is None or ts_ms < 0:
-        return DeadLetter(position, f"record has no usable timestamp ({ts_ms})", text)
-    body, problem = _payload(line.payload)
-    if body is None:
-        return DeadLetter(position, problem, text)
+        reason = f"record has no usable timestamp ({ts_ms})"
+        return DeadLetter(position, reason, text, kind=DeadLetterClass.NO_TIMESTAMP)
+    try:
+        body = _payload(line.payload)
+    except BadRecord as exc:
+        return DeadLetter(position, exc.reason, text, kind=exc.kind)
     if section.snapshot:
         offset = None
         if section.snapshot_ts_ms is not None and section.snapshot_ts_ms > 0:
@@ -297,25 +299,34 @@ def _record(
     return envelope_or_dead_letter(obj, position, seq, text)
 
 
-def _payload(text: str) -> tuple[dict[str, Any] | None, str]:
-    """The payload object, or None and the reason it cannot be used."""
+def _payload(text: str) -> dict[str, Any]:
+    """The payload object; raise :class:`BadRecord` saying why it cannot be used."""
     if text.startswith("Error at"):
         # DumpLogSegments prints this when its own decoder failed on the record.
-        return None, f"kafka-dump-log.sh could not decode the record: {text.strip()}"
+        raise BadRecord(
+            f"kafka-dump-log.sh could not decode the record: {text.strip()}", DeadLetterClass.INVALID
+        )
     try:
         body = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        return None, f"malformed payload JSON: {exc}"
+        raise BadRecord(f"malformed payload JSON: {exc}", DeadLetterClass.MALFORMED_JSON) from None
     if not isinstance(body, dict):
-        return None, f"payload must be a JSON object, got {type(body).__name__}"
+        raise BadRecord(
+            f"payload must be a JSON object, got {type(body).__name__}", DeadLetterClass.WRONG_TYPE
+        )
     kind, version, data = body.get("type"), body.get("version"), body.get("data")
     if not isinstance(kind, str) or not kind:
-        return None, f"payload 'type' must be a record type name, got {kind!r}"
+        raise BadRecord(
+            f"payload 'type' must be a record type name, got {kind!r}", DeadLetterClass.WRONG_TYPE
+        )
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        return None, f"payload 'version' must be a non-negative integer, got {version!r}"
+        why = DeadLetterClass.OUT_OF_RANGE if type(version) is int else DeadLetterClass.WRONG_TYPE
+        raise BadRecord(f"payload 'version' must be a non-negative integer, got {version!r}", why)
     if not isinstance(data, dict):
-        return None, f"payload 'data' must be a JSON object, got {type(data).__name__}"
-    return body, ""
+        raise BadRecord(
+            f"payload 'data' must be a JSON object, got {type(data).__name__}", DeadLetterClass.WRONG_TYPE
+        )
+    return body
 
 
 def _last_contained_ts(text: str) -> int | None:

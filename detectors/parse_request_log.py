@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
-from detectors.envelope import DeadLetter, Envelope, envelope_or_dead_letter
+from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
 from detectors.lines import decode_line
 
 REQUEST_LOGGER_SUFFIX = "(kafka.request.logger)"
@@ -240,11 +240,11 @@ def _build(
     raw = "\n".join(entry.raw_lines)
     text, utf8_problem = entry.text()
     if utf8_problem:
-        return DeadLetter(position, f"not UTF-8: {utf8_problem}", raw)
+        return DeadLetter(position, f"not UTF-8: {utf8_problem}", raw, kind=DeadLetterClass.NOT_UTF8)
     try:
         ts_ms = clock.to_ms(entry.stamp)
     except ValueError as exc:
-        return DeadLetter(position, str(exc), raw)
+        return DeadLetter(position, str(exc), raw, kind=DeadLetterClass.NO_TIMESTAMP)
     text = text.rstrip()
     # Without the logger suffix the entry was cut off, unless the broker's
     # log4j pattern simply has no "(%c)": then the JSON itself is complete.
@@ -258,10 +258,11 @@ def _build(
             reason = f"truncated request JSON after '{COMPLETED_MARKER}' ({message}){cut}"
         else:
             reason = f"malformed request JSON after '{COMPLETED_MARKER}': {message}"
-        return DeadLetter(position, reason, raw)
+        return DeadLetter(position, reason, raw, kind=DeadLetterClass.MALFORMED_JSON)
     if not isinstance(body, dict):
         kind = type(body).__name__
-        return DeadLetter(position, f"request body must be a JSON object, got {kind}", raw)
+        reason = f"request body must be a JSON object, got {kind}"
+        return DeadLetter(position, reason, raw, kind=DeadLetterClass.WRONG_TYPE)
     obj = {
         "cluster": cluster,
         "node": node,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.alerts import Evidence
-from detectors.envelope import BadRecord, Envelope
+from detectors.envelope import BadRecord, DeadLetterClass, Envelope
 from detectors.fields import INT64, get_int, get_list, get_obj, get_str, objects
 
 COPY_STARTED, COPY_FINISHED, DELETE_STARTED, DELETE_FINISHED = 0, 1, 2, 3
@@ -73,13 +73,19 @@ def _state(value: Any, path: str) -> int:
         return STATE_NAMES.index(value)
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(STATE_NAMES):
         return value
-    raise BadRecord(f"{path} must be one of {', '.join(STATE_NAMES)} (or 0-3), got {value!r}")
+    # A number is a state's ordinal, so beyond 0-3 it is out of range; a name
+    # outside the set, or anything else, is not a state at all.
+    kind = DeadLetterClass.OUT_OF_RANGE if type(value) is int else DeadLetterClass.WRONG_TYPE
+    raise BadRecord(f"{path} must be one of {', '.join(STATE_NAMES)} (or 0-3), got {value!r}", kind)
 
 
 def parse_event(body: dict[str, Any]) -> SegmentEvent:
     record_type = _TYPE_ALIASES.get(str(get_str(body, "type", "body")))
     if record_type is None:
-        raise BadRecord(f"body.type {body.get('type')!r} is not a remote log segment metadata record")
+        raise BadRecord(
+            f"body.type {body.get('type')!r} is not a remote log segment metadata record",
+            DeadLetterClass.INVALID,
+        )
     data = get_obj(body, "data", "body")
     ident = get_obj(data, "remoteLogSegmentId", "data")
     tip = get_obj(ident, "topicIdPartition", "data.remoteLogSegmentId")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from detectors.envelope import BadRecord
+from detectors.envelope import BadRecord, DeadLetterClass
 from detectors.fields import (
     INT16,
     INT32,
@@ -110,7 +110,7 @@ def _topic_ref(topic: dict[str, Any], path: str) -> tuple[str | None, str | None
             break
     topic_id = get_str(topic, "topicId", path, default=None)
     if name is None and topic_id is None:
-        raise BadRecord(f"{path} has neither a topic name nor a topicId")
+        raise BadRecord(f"{path} has neither a topic name nor a topicId", DeadLetterClass.MISSING_FIELD)
     return name, topic_id
 
 

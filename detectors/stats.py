@@ -5,29 +5,12 @@ reason classes), so metrics built on them have bounded cardinality."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-# Dead-letter reasons are sentences naming a field; metrics need a small fixed
-# set of classes. Checked in order; the first match wins.
-_DEAD_LETTER_CLASSES = (
-    ("not_utf8", re.compile(r"^not UTF-8")),
-    ("malformed_json", re.compile(r"^malformed JSON|^request body must be a JSON object")),
-    ("cluster_mismatch", re.compile(r"^record key .* differs from the envelope's cluster")),
-    ("missing_field", re.compile(r"missing (required )?field")),
-    ("out_of_range", re.compile(r"out of range|must be <=|must be >=|must be a broker id")),
-    ("wrong_type", re.compile(r"must be (an?|one of) |must be integer|must be string|must be object")),
-    ("no_timestamp", re.compile(r"no (usable )?timestamp")),
-)
-DEAD_LETTER_CLASSES = (*(name for name, _ in _DEAD_LETTER_CLASSES), "invalid")
+from detectors.envelope import DeadLetterClass
 
-
-def dead_letter_class(reason: str) -> str:
-    """The bounded class of a dead letter's reason (one of DEAD_LETTER_CLASSES)."""
-    for name, pattern in _DEAD_LETTER_CLASSES:
-        if pattern.search(reason):
-            return name
-    return "invalid"
+# The ``reason`` label values of the dead-letter metric; each dead letter carries its class.
+DEAD_LETTER_CLASSES = tuple(c.value for c in DeadLetterClass)
 
 
 def split_event_key(key: str) -> tuple[str, str]:

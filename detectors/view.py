@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from detectors.alerts import Evidence
-from detectors.envelope import BadRecord, Envelope, Unverified
+from detectors.envelope import BadRecord, DeadLetterClass, Envelope, Unverified
 from detectors.fields import INT64, get_bool, get_int, get_list, get_str, int_list
 from detectors.history import History
 
@@ -151,7 +151,7 @@ class ClusterView:
         record_type = get_str(body, "type", "body")
         data = body.get("data")
         if not isinstance(data, dict):
-            raise BadRecord("body.data must be an object")
+            raise BadRecord("body.data must be an object", DeadLetterClass.WRONG_TYPE)
         handler = _HANDLERS.get(record_type or "")
         if handler is None:
             # Kafka has dozens of record types (configs, ACLs, ...) that carry no fencing state.

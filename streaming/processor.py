@@ -24,7 +24,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
-from detectors.envelope import DeadLetter, Envelope, parse_envelope
+from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, parse_envelope
 from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row, stats_row
 from streaming.state import DETECTOR_SCHEMA, PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA, PartitionStore
 
@@ -109,6 +109,7 @@ class DetectorProcessor(StatefulProcessor):
                     f"record key {cluster!r} differs from the envelope's cluster "
                     f"{item.cluster!r}: publish records keyed by cluster",
                     _text(value),
+                    kind=DeadLetterClass.CLUSTER_MISMATCH,
                 )
             if isinstance(item, DeadLetter):
                 detector.dead_letter(item)
@@ -119,7 +120,7 @@ class DetectorProcessor(StatefulProcessor):
                 out.append(
                     dead_letter_row(
                         cluster,
-                        DeadLetter(letter.position, letter.reason, _text(value)),
+                        DeadLetter(letter.position, letter.reason, _text(value), kind=letter.kind),
                         partition,
                         offset,
                     )

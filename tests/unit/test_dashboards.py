@@ -75,7 +75,7 @@ def real_snapshot() -> dict[str, Any]:
     """A snapshot from a real detector (the shape detectors.stats produces), with
     every counter family non-empty so that each family shows its labels."""
     from detectors.engine import Detector
-    from detectors.envelope import DeadLetter, envelope_from_obj
+    from detectors.envelope import DeadLetter, DeadLetterClass, envelope_from_obj
     from producers import shapes as s
 
     detector = Detector(now_ms=lambda: 0)
@@ -86,7 +86,9 @@ def real_snapshot() -> dict[str, Any]:
     ]
     for index, obj in enumerate(raw):
         assert detector.ingest(envelope_from_obj(obj, f"test:{index}", index)) is None
-    detector.dead_letter(DeadLetter("test:9", "malformed JSON: truncated", ""))
+    detector.dead_letter(
+        DeadLetter("test:9", "malformed JSON: truncated", "", kind=DeadLetterClass.MALFORMED_JSON)
+    )
     detector.flush()
     snapshot = detector.snapshot("c1")
     for key in ("events", "unverified", "dead_letters"):

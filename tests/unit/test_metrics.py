@@ -3,17 +3,32 @@ listener's handling of query progress."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
+from collections.abc import Callable, Iterable
 from types import SimpleNamespace
+from typing import Any
 
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from detectors import rules
 from detectors.engine import Detector
-from detectors.envelope import DeadLetter, envelope_from_obj
-from detectors.stats import DEAD_LETTER_CLASSES, dead_letter_class
+from detectors.envelope import (
+    BadRecord,
+    DeadLetter,
+    DeadLetterClass,
+    Envelope,
+    envelope_from_obj,
+    parse_envelope,
+)
+from detectors.parse_metadata_dump import iter_metadata_dump
+from detectors.parse_request_log import iter_request_log
+from detectors.stats import DEAD_LETTER_CLASSES
+from producers import shapes as s
 from producers.simulator import SimConfig, Simulator
 from streaming.listener import JobListener, LagEstimator, offsets_total
 from streaming.metrics import Metrics
@@ -41,7 +56,7 @@ def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
 
 def test_snapshot_counts_match_the_detector():
     detector = simulated_detector()
-    detector.dead_letter(DeadLetter("mem:x", "malformed JSON: unexpected end of data", ""))
+    detector.dead_letter(parsed(b'{"cluster": "sim-1", "ts_ms": 1'))
     metrics = Metrics(CollectorRegistry())
     metrics.detector.update(detector.snapshot("sim-1"))
     scraped = samples(metrics)
@@ -88,25 +103,219 @@ def test_an_older_snapshot_never_replaces_a_newer_one():
     assert metrics.registry.get_sample_value("fencewatch_late_events_total", {"cluster": "c"}) == 6
 
 
-@pytest.mark.parametrize(
-    ("reason", "expected"),
-    [
-        ("malformed JSON: unexpected end of data", "malformed_json"),
-        ("not UTF-8: invalid start byte", "not_utf8"),
-        ("missing field body.request.header", "missing_field"),
-        ("missing required field(s): ts_ms", "missing_field"),
-        ("body.data.leaderEpoch = 99999999999 is out of range for its Kafka type", "out_of_range"),
-        ("ts_ms must be integer", "wrong_type"),
-        (
-            "record key 'a' differs from the envelope's cluster 'b': publish records keyed by cluster",
-            "cluster_mismatch",
+# Real bad inputs, each through the path that meets it in production, and the
+# class the dead letter must carry. Together they produce every class.
+TS = 1_763_720_000_000
+TOPIC_ID = "qG8hUlWTTJ2eRb_bFvWRXg"
+GOOD = s.envelope("c1", "request", TS, s.produce("orders", 0, 0), node=1)
+
+
+def enveloped(**changes: Any) -> bytes:
+    """The good envelope's JSON line with top-level fields replaced, or removed if None."""
+    obj = {**GOOD, **changes}
+    return orjson.dumps({k: v for k, v in obj.items() if v is not None})
+
+
+def produce_with(path: str, value: Any) -> dict[str, Any]:
+    """A PRODUCE body with the field at ``path`` (dotted, list indexes as digits) set, or removed if None."""
+    body = copy.deepcopy(GOOD["body"])
+    *parents, last = path.split(".")
+    target = body
+    for step in parents:
+        target = target[int(step)] if step.isdigit() else target[step]
+    if value is None:
+        del target[last]
+    else:
+        target[last] = value
+    return body
+
+
+def parsed(raw: bytes) -> DeadLetter:
+    letter = parse_envelope(raw, "mem:1")
+    assert isinstance(letter, DeadLetter)
+    return letter
+
+
+def ingested(kind: str, body: dict[str, Any], **envelope: Any) -> DeadLetter:
+    """The dead letter the detector returns for a well-formed envelope with a bad body,
+    checked to be counted under the class it carries."""
+    detector = Detector()
+    env = parse_envelope(orjson.dumps(s.envelope("c1", kind, TS, body, **envelope)), "mem:1")
+    assert isinstance(env, Envelope)
+    letter = detector.ingest(env)
+    assert letter is not None
+    assert detector.counters.dead_letters == {letter.kind.value: 1}
+    return letter
+
+
+def native(items: Iterable[Envelope | DeadLetter]) -> DeadLetter:
+    (letter,) = items
+    assert isinstance(letter, DeadLetter)
+    return letter
+
+
+def request_log(entry: bytes) -> DeadLetter:
+    return native(iter_request_log([entry], source="t.log", cluster="c1", node=1))
+
+
+def metadata_dump(*lines: str) -> DeadLetter:
+    return native(iter_metadata_dump(list(lines), source="m.dump", cluster="c1"))
+
+
+def alter_partition_isr(new_isr: list[Any]) -> dict[str, Any]:
+    return s.alter_partition(
+        "orders",
+        TOPIC_ID,
+        0,
+        broker_id=1,
+        broker_epoch=10,
+        leader_epoch=0,
+        partition_epoch=0,
+        new_isr=new_isr,
+        error=0,
+        version=1,
+    )
+
+
+def remote_with_state(state: Any) -> dict[str, Any]:
+    body = s.remote_segment(
+        TOPIC_ID, 0, "seg-1", broker_id=1, start=0, end=9, leader_epochs={0: 0}, cleaner={}
+    )
+    body["data"]["remoteLogSegmentState"] = state
+    return body
+
+
+def log_entry(body: str, stamp: str = "2026-11-20 10:15:02,345") -> str:
+    return f"[{stamp}] DEBUG Completed request:{body} (kafka.request.logger)"
+
+
+DUMP_TOPIC = orjson.dumps(s.topic("orders", TOPIC_ID)).decode()
+DUMP_VERSION_NEGATIVE = ' payload: {"type":"TOPIC_RECORD","version":-1,"data":{}}'
+
+
+def dump_batch() -> str:
+    return (
+        f"baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 "
+        f"producerEpoch: -1 partitionLeaderEpoch: 1 isTransactional: false isControl: false "
+        f"deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: {TS} size: 91 magic: 2 "
+        f"compresscodec: none crc: 1234 isvalid: true"
+    )
+
+
+def dump_record(tail: str, ts_type: str = "CreateTime") -> str:
+    ts = -1 if ts_type == "NoTimestampType" else TS
+    return f"| offset: 0 {ts_type}: {ts} keySize: -1 valueSize: 23 sequence: -1 headerKeys: []{tail}"
+
+
+BAD_INPUTS: list[tuple[str, Callable[[], DeadLetter], str]] = [
+    ("truncated JSON", lambda: parsed(enveloped()[:-9]), "malformed_json"),
+    ("JSON array", lambda: parsed(b"[1, 2]"), "wrong_type"),
+    ("no ts_ms", lambda: parsed(enveloped(ts_ms=None)), "missing_field"),
+    ("request without node", lambda: parsed(enveloped(node=None)), "missing_field"),
+    ("ts_ms a string", lambda: parsed(enveloped(ts_ms="yesterday")), "wrong_type"),
+    ("ts_ms a float", lambda: parsed(enveloped(ts_ms=float(TS))), "wrong_type"),
+    ("unknown kind", lambda: parsed(enveloped(kind="gossip")), "wrong_type"),
+    ("negative ts_ms", lambda: parsed(enveloped(ts_ms=-1)), "out_of_range"),
+    ("ts_ms past 9999", lambda: parsed(enveloped(ts_ms=10**17)), "out_of_range"),
+    ("empty cluster", lambda: parsed(enveloped(cluster="")), "out_of_range"),
+    ("no body.request", lambda: ingested("request", produce_with("request", None), node=1), "missing_field"),
+    (
+        "topic without name or id",
+        lambda: ingested("request", produce_with("request.topicData.0.name", None), node=1),
+        "missing_field",
+    ),
+    (
+        "acks beyond int16",
+        lambda: ingested("request", produce_with("request.acks", 2**15), node=1),
+        "out_of_range",
+    ),
+    ("acks a string", lambda: ingested("request", produce_with("request.acks", "all"), node=1), "wrong_type"),
+    (
+        "metadata without type",
+        lambda: ingested("metadata", {"version": 0, "data": {}}, offset=1),
+        "missing_field",
+    ),
+    (
+        "metadata data a list",
+        lambda: ingested("metadata", {"type": "TOPIC_RECORD", "version": 0, "data": []}, offset=1),
+        "wrong_type",
+    ),
+    ("ISR member a string", lambda: ingested("request", alter_partition_isr([1, "2"]), node=1), "wrong_type"),
+    (
+        "ISR member beyond int32",
+        lambda: ingested("request", alter_partition_isr([1, 2**40]), node=1),
+        "out_of_range",
+    ),
+    (
+        "not a remote segment record",
+        lambda: ingested("remote_log_metadata", {"type": "Gossip", "data": {}}, node=1),
+        "invalid",
+    ),
+    (
+        "remote segment state 9",
+        lambda: ingested("remote_log_metadata", remote_with_state(9), node=1),
+        "out_of_range",
+    ),
+    (
+        "unknown remote segment state",
+        lambda: ingested("remote_log_metadata", remote_with_state("ARCHIVED"), node=1),
+        "wrong_type",
+    ),
+    (
+        "request log not UTF-8",
+        lambda: request_log(log_entry('{"clientId":"p\xff"}').encode("latin-1")),
+        "not_utf8",
+    ),
+    (
+        "request log bad timestamp",
+        lambda: request_log(log_entry("{}", stamp="2026-13-45 10:15:02,345").encode()),
+        "no_timestamp",
+    ),
+    ("request log truncated JSON", lambda: request_log(log_entry('{"a":').encode()), "malformed_json"),
+    ("request log body a list", lambda: request_log(log_entry("[1]").encode()), "wrong_type"),
+    (
+        "dump record without timestamp",
+        lambda: metadata_dump(
+            dump_batch(), dump_record(" payload: " + DUMP_TOPIC, ts_type="NoTimestampType")
         ),
-        ("something nobody foresaw", "invalid"),
-    ],
-)
-def test_dead_letter_reasons_fall_into_a_fixed_set_of_classes(reason: str, expected: str):
-    assert dead_letter_class(reason) == expected
-    assert expected in DEAD_LETTER_CLASSES
+        "no_timestamp",
+    ),
+    (
+        "dump payload truncated",
+        lambda: metadata_dump(dump_batch(), dump_record(' payload: {"type":')),
+        "malformed_json",
+    ),
+    (
+        "dump version negative",
+        lambda: metadata_dump(dump_batch(), dump_record(DUMP_VERSION_NEGATIVE)),
+        "out_of_range",
+    ),
+    ("dump line unrecognised", lambda: metadata_dump("| offset: 5 CreateTi"), "invalid"),
+]
+
+
+@pytest.mark.parametrize(("make", "expected"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_a_dead_letter_carries_the_class_of_the_check_that_rejected_it(
+    make: Callable[[], DeadLetter], expected: str
+):
+    letter = make()
+    assert letter.kind == expected, letter.reason
+    assert letter.reason
+
+
+def test_every_dead_letter_class_comes_from_some_real_bad_input():
+    # cluster_mismatch is raised by the streaming operator only (a record key
+    # naming another cluster): tests/integration/test_job.py publishes one.
+    produced = {expected for *_, expected in BAD_INPUTS} | {"cluster_mismatch"}
+    assert sorted(produced) == sorted(DEAD_LETTER_CLASSES)
+
+
+def test_the_class_survives_pickling():
+    """Dead letters and BadRecords may travel pickled (detector snapshots, Spark workers)."""
+    letter = parsed(enveloped(ts_ms=-1))
+    assert pickle.loads(pickle.dumps(letter)) == letter
+    error = pickle.loads(pickle.dumps(BadRecord("body.x must be a list", DeadLetterClass.WRONG_TYPE)))
+    assert (error.reason, error.kind) == ("body.x must be a list", DeadLetterClass.WRONG_TYPE)
 
 
 def test_offsets_total_reads_both_source_formats():
