@@ -92,6 +92,14 @@ def start(
 
     # The provider must be set before the first stateful query of the session.
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+    # Commit a changelog per batch instead of uploading a RocksDB snapshot each
+    # time: about 150 ms less per micro-batch here (docs/performance.md).
+    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+    # With processing-time timers Spark runs a no-data batch every trigger,
+    # which kept a core busy on an idle topic. Our source plans an empty batch
+    # when the idle flush is due instead (kafka_source.py, idle ticks); Spark's
+    # connector cannot, so with it the no-data batches stay.
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", str(options.use_builtin_kafka).lower())
     source_options = {
         "kafka.bootstrap.servers": options.bootstrap_servers,
         "subscribe": options.topic,
@@ -100,6 +108,8 @@ def start(
     }
     if options.max_events_per_trigger:
         source_options["maxEventsPerTrigger"] = str(options.max_events_per_trigger)
+    if not options.use_builtin_kafka:
+        source_options["idleTriggerMs"] = str(options.idle_flush_ms)
     events = read_events(spark, source_options, use_builtin_kafka=options.use_builtin_kafka)
     keyed = events.select(
         F.coalesce(

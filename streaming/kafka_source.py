@@ -8,6 +8,15 @@ either source, so the job does not care which one it got.
 Offsets are ``{"<partition>": <next offset>}`` JSON dicts that Spark keeps in
 its checkpoint; a micro-batch reads ``[start, end)`` of every partition, so a
 restart replays exactly the batch that was planned and never a record twice.
+
+Idle ticks: the detector's processing-time timers (the idle flush) fire only
+in a micro-batch, and Spark's no-data batches, which would run them, run
+every trigger for a stateful query with processing-time timers: about one
+core busy while the topic is quiet. The job turns those off; instead, when no
+record has arrived for ``idleTriggerMs``, this source plans an empty batch by
+counting ``"idle_ticks"`` in the offset, and a second one ``idleTriggerMs``
+later in case the first came a moment before a timer was due. Then it waits
+for records.
 """
 
 from __future__ import annotations
@@ -48,8 +57,11 @@ SOURCE_NAME = "fencewatch-kafka"
 EVENT_SCHEMA = "key string, value binary, topic string, partition int, offset long, timestamp long"
 BUILTIN_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0"
 
-# Partition number (a string: JSON object keys are strings) -> next offset to read.
+# Partition number (a string: JSON object keys are strings) -> next offset to read;
+# plus IDLE_TICKS once the source has planned an empty batch.
 Offsets = dict[str, int]
+IDLE_TICKS = "idle_ticks"
+TICKS_PER_LULL = 2
 
 _DEFAULT_GROUP_ID = "fencewatch-spark-source"
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch
@@ -77,6 +89,7 @@ class SourceOptions:
     max_events_per_split: int | None
     probe_timeout_seconds: float
     read_timeout_seconds: float
+    idle_trigger_ms: int | None = None  # None: never plan an empty batch
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -99,6 +112,7 @@ class SourceOptions:
             max_events_per_split=_positive_int(lowered, "maxeventspersplit"),
             probe_timeout_seconds=(_positive_int(lowered, "probetimeoutms") or 10_000) / 1000,
             read_timeout_seconds=(_positive_int(lowered, "readtimeoutms") or 120_000) / 1000,
+            idle_trigger_ms=_positive_int(lowered, "idletriggerms"),
         )
 
 
@@ -113,6 +127,11 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     if value <= 0:
         raise ValueError(f"option {name!r} must be positive, not {value}")
     return value
+
+
+def partition_offsets(offsets: Mapping[str, int]) -> Offsets:
+    """The per-partition part of an offset (without the idle tick count)."""
+    return {p: off for p, off in offsets.items() if p != IDLE_TICKS}
 
 
 @dataclass(frozen=True)
@@ -172,6 +191,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._last_available: Offsets | None = None
         self._warned_missing_topic = False
+        # Since when (monotonic) latestOffset has found nothing new, or since the
+        # last idle tick; None while records arrive. Ticks since the last record.
+        self._idle_since: float | None = None
+        self._lull_ticks = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -199,22 +222,48 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         available = self._target if self._target is not None else self._true_ends(self._list_watermarks())
         self._last_available = available
+        positions = partition_offsets(start)
         # A partition new since `start` is read from offset 0 (Spark's Kafka
         # source does the same); one gone from the metadata keeps its offset.
-        end = {p: max(start.get(p, 0), available.get(p, 0)) for p in available}
-        end.update({p: off for p, off in start.items() if p not in end})
+        end = {p: max(positions.get(p, 0), available.get(p, 0)) for p in available}
+        end.update({p: off for p, off in positions.items() if p not in end})
         end = {p: end[p] for p in sorted(end, key=int)}
         if isinstance(limit, ReadMaxRows):
-            return apportion(start, end, limit.max_rows)
-        if isinstance(limit, ReadAllAvailable):
-            return end
-        raise ValueError(f"{SOURCE_NAME} supports only ReadMaxRows limits, not {limit!r}")
+            end = apportion(positions, end, limit.max_rows)
+        elif not isinstance(limit, ReadAllAvailable):
+            raise ValueError(f"{SOURCE_NAME} supports only ReadMaxRows limits, not {limit!r}")
+        return self._with_idle_ticks(start, end)
+
+    def _with_idle_ticks(self, start: Offsets, end: Offsets) -> Offsets:
+        """``end`` with the tick count of ``start``, one more when the topic
+        has been idle for ``idleTriggerMs`` (at most TICKS_PER_LULL times per
+        lull): a new offset, so Spark plans a batch with no records, in which
+        the job's timers fire."""
+        ticks = start.get(IDLE_TICKS, 0)
+        interval_ms = self._opts.idle_trigger_ms
+        # Trigger.AvailableNow must end once it has read up to its target.
+        if interval_ms is not None and self._target is None:
+            now = time.monotonic()
+            if end != partition_offsets(start):
+                self._idle_since, self._lull_ticks = None, 0
+            elif self._idle_since is None:
+                self._idle_since = now
+            elif self._lull_ticks < TICKS_PER_LULL and (now - self._idle_since) * 1000 >= interval_ms:
+                ticks += 1
+                self._idle_since = now
+                self._lull_ticks += 1
+        return {**end, IDLE_TICKS: ticks} if ticks else end
 
     def reportLatestOffset(self) -> Offsets | None:
         return self._last_available
 
     def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
-        return split_ranges(self._opts.topic, start, end, self._opts.max_events_per_split)
+        return split_ranges(
+            self._opts.topic,
+            partition_offsets(start),
+            partition_offsets(end),
+            self._opts.max_events_per_split,
+        )
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, not in a consumer group."""
@@ -442,7 +491,9 @@ class KafkaDataSource(DataSource):
     ``latest``, default latest; applies to a new checkpoint only);
     ``maxEventsPerTrigger`` (events per micro-batch); ``maxEventsPerSplit``
     (events per Spark task, splitting hot partitions); ``probeTimeoutMs``
-    (default 10000) and ``readTimeoutMs`` (default 120000).
+    (default 10000) and ``readTimeoutMs`` (default 120000); ``idleTriggerMs``
+    (plan an empty micro-batch after this long without records, and once more
+    after as long again; default never).
     """
 
     @classmethod
@@ -483,7 +534,7 @@ def read_events(
         "maxeventspertrigger": "maxOffsetsPerTrigger",
         "maxeventspersplit": "maxRecordsPerPartition",
     }
-    ours_only = {"probetimeoutms", "readtimeoutms"}
+    ours_only = {"probetimeoutms", "readtimeoutms", "idletriggerms"}
     builtin = {renamed.get(k.lower(), k): v for k, v in options.items() if k.lower() not in ours_only}
     try:
         raw = spark.readStream.format("kafka").options(**builtin).load()

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from streaming.kafka_source import IDLE_TICKS
 from streaming.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,8 @@ LAG_SAMPLES = 4_096
 def offsets_total(offsets: str | None) -> int | None:
     """The sum of a source offset JSON's per-partition offsets.
 
-    fencewatch's source writes ``{"0": 12, ...}``; Spark's Kafka connector
+    fencewatch's source writes ``{"0": 12, ...}`` (and its idle tick count,
+    which is not an offset); Spark's Kafka connector
     ``{"topic": {"0": 12, ...}}``. None when the source reported nothing."""
     if not offsets:
         return None
@@ -39,7 +41,9 @@ def offsets_total(offsets: str | None) -> int | None:
     if not isinstance(parsed, dict):
         return None
     total = 0
-    for value in parsed.values():
+    for key, value in parsed.items():
+        if key == IDLE_TICKS:
+            continue
         if isinstance(value, dict):
             total += sum(int(v) for v in value.values() if int(v) >= 0)
         else:

@@ -6,6 +6,7 @@ once (no loss, no duplicate, the tail of a multi-record batch not stalled).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -19,6 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from streaming.broker import EmbeddedBroker
 from streaming.kafka_source import (
     EVENT_SCHEMA,
+    IDLE_TICKS,
     BuiltinKafkaUnavailable,
     apportion,
     read_events,
@@ -169,6 +171,41 @@ def test_continuous_query_reads_the_tail_of_each_batch(
                 lambda expected=expected: spark.table(name).count() >= expected,
                 f"wave {wave}: {expected} records",
             )
+        _assert_exactly_once(_rows(spark, name), produced)
+    finally:
+        query.stop()
+
+
+def test_an_idle_topic_gets_two_empty_batches_per_lull(
+    spark: SparkSession,
+    broker: EmbeddedBroker,
+    make_topic: Callable[..., str],
+    produce: Callable[..., Produced],
+) -> None:
+    """``idleTriggerMs`` plans an empty batch (a new ``idle_ticks`` offset) after
+    that long without records and once more after as long again, then waits
+    for records: the job's timers get their batches, an idle job does not spin."""
+    topic = make_topic(2)
+    df = read_events(spark, _options(broker, topic, idleTriggerMs="1000"))
+    name, query = _memory_query(df, available_now=False)
+
+    def ticks() -> list[int]:
+        return [
+            json.loads(p["sources"][0]["endOffset"]).get(IDLE_TICKS, 0)
+            for p in query.recentProgress
+            if p["numInputRows"] == 0
+        ]
+
+    try:
+        produced = produce(topic, 300, partitions=2, wave=100)
+        _wait_for(query, lambda: spark.table(name).count() >= 300, "the first records")
+        _wait_for(query, lambda: len(ticks()) >= 2, "two idle ticks", timeout=30)
+        time.sleep(3)  # three more tick intervals: no third empty batch in this lull
+        assert ticks() == [1, 2]
+        produced += produce(topic, 300, partitions=2, wave=100)
+        _wait_for(query, lambda: spark.table(name).count() >= 600, "the second records")
+        _wait_for(query, lambda: len(ticks()) >= 4, "the next lull's ticks", timeout=30)
+        assert ticks() == [1, 2, 3, 4]
         _assert_exactly_once(_rows(spark, name), produced)
     finally:
         query.stop()

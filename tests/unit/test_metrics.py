@@ -320,6 +320,7 @@ def test_the_class_survives_pickling():
 
 def test_offsets_total_reads_both_source_formats():
     assert offsets_total('{"0": 10, "1": 5}') == 15
+    assert offsets_total('{"0": 10, "1": 5, "idle_ticks": 3}') == 15  # ticks are not records
     assert offsets_total('{"events": {"0": 10, "1": 5}}') == 15
     assert offsets_total(None) is None
 
