@@ -14,7 +14,10 @@ figure printed is measured in that run:
     micro-batch); the rate is total rows / (end of the last batch with input -
     start of the first batch with input), from ``query.recentProgress``; Spark
     session start-up is excluded, the first batch's Python-worker start is not.
-    The median of the per-batch rates (rows / triggerExecution) is printed too.
+    The median of the per-batch rates (rows / triggerExecution) is printed too,
+    and where the time of a batch goes: the medians, over batches after the
+    first, of Spark's ``durationMs`` phases and of the stateful operator's
+    update and commit times.
 (b) the same topic read by a plain single-process consumer (``assign()`` to
     every partition, parse + ``Detector.ingest`` + ``drain``, ``flush`` at the
     end), ``--repeat`` times, median.
@@ -32,6 +35,14 @@ figure printed is measured in that run:
     batches of ``--steady-events`` traffic events are published one at a time
     and each batch's duration is recorded; RSS of this driver process, the JVM
     and the Python workers is read from /proc.
+(f) the floor of the Spark pipeline: (a)'s query with the detection taken
+    out (same source, key, shuffle and stateful-operator framework; the
+    operator only turns every value into Python bytes, and a noop sink), on the
+    same topic; per-batch rates and phases as in (a).
+(e) the cost of idling: once (a)'s job has read everything, the CPU time of
+    every process of this run (this driver, the JVM, the Python workers, the
+    broker; from /proc) over ``--idle-seconds`` of an idle topic, as a share
+    of one core, and how many micro-batches ran meanwhile.
 """
 
 from __future__ import annotations
@@ -97,6 +108,19 @@ def descendants(root: int) -> list[tuple[int, str]]:
             out.append((child, comm[child]))
             todo.append(child)
     return out
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time so far of this process and all its descendants."""
+    total = 0
+    for pid in [os.getpid()] + [pid for pid, _ in descendants(os.getpid())]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited meanwhile
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def memory() -> dict[str, float]:
@@ -292,6 +316,61 @@ def big_cluster(path: str, partitions: int, steady_events: int, steady_batches: 
 # ---- main -----------------------------------------------------------------------------------------
 
 
+def floor_query(spark: Any, bootstrap: str, topic: str, checkpoint: str, max_events: int) -> Any:
+    """The job's query (streaming/job.py) without detection, for section (f)."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    from streaming.job import key_by_cluster
+    from streaming.kafka_source import read_events
+    from streaming.schema import OUTPUT_COLUMNS, OUTPUT_SCHEMA
+
+    class Floor(StatefulProcessor):  # defined here so that cloudpickle ships it to the workers
+        def init(self, handle: Any) -> None:
+            self.seen = handle.getValueState("seen", "n long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            n = sum(len(batch["value"].tolist()) for batch in rows)
+            self.seen.update(((self.seen.get() or (0,))[0] + n,))
+            yield pd.DataFrame([], columns=OUTPUT_COLUMNS)
+
+        def close(self) -> None:
+            pass
+
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "maxEventsPerTrigger": str(max_events),
+    }
+    detected = (
+        key_by_cluster(read_events(spark, options))
+        .groupBy("cluster")
+        .transformWithStateInPandas(
+            statefulProcessor=Floor(), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="None"
+        )
+    )
+    return (
+        detected.writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="0.5 seconds")
+        .start()
+    )
+
+
+def batch_phases(batches: list[dict[str, Any]]) -> str:
+    """Median ms of each ``durationMs`` phase and of the stateful operator's
+    update and commit time over ``batches``."""
+    phases: dict[str, list[float]] = {}
+    for b in batches:
+        for name, ms in b["durationMs"].items():
+            phases.setdefault(name, []).append(ms)
+        for op in b.get("stateOperators", []):
+            phases.setdefault("state updates", []).append(op["allUpdatesTimeMs"])
+            phases.setdefault("state commit", []).append(op["commitTimeMs"])
+    return "median ms: " + ", ".join(f"{name} {statistics.median(v):,.0f}" for name, v in phases.items())
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -317,8 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--steady-events", type=int, default=20_000)
     p.add_argument("--steady-batches", type=int, default=3)
+    p.add_argument("--idle-seconds", type=float, default=30.0, help="idle time measured in (e)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--skip", default="", help="comma list of sections to skip: a,b,c,d")
+    p.add_argument("--skip", default="", help="comma list of sections to skip: a,b,c,d,e,f")
     args = p.parse_args(argv)
     rates = args.rate or [2000]
     sizes = args.partitions or [1000, 100_000]
@@ -387,6 +467,13 @@ def main(argv: list[str] | None = None) -> int:
             q = job("bench-a", "a", max_events_per_trigger=args.max_events_per_trigger, trigger_seconds=0.5)
             prog = Progress(q)
             prog.wait_rows(n, timeout=900)
+            if "e" not in skip:
+                idle_from = max(prog.batches)
+                c0, w0 = cpu_seconds(), time.time()
+                time.sleep(args.idle_seconds)
+                idle_cpu = (cpu_seconds() - c0) / (time.time() - w0)
+                prog.poll()
+                idle_batches = sum(b > idle_from for b in prog.batches)
             q.stop()
             batches = prog.with_input()
             first, last = batches[0], batches[-1]
@@ -410,10 +497,35 @@ def main(argv: list[str] | None = None) -> int:
                     + " ".join(f"{b['durationMs']['triggerExecution'] / 1000:.1f}" for b in batches),
                 )
             )
+            results.append(("(a) Spark batch phases", batch_phases(batches[1:] or batches)))
             if plain_rates:
                 results.append(
                     ("(a)/(b) Spark / plain", f"{spark_rate / statistics.median(plain_rates):.2f}x")
                 )
+            if "e" not in skip:
+                results.append(
+                    (
+                        "(e) idle job",
+                        f"{idle_cpu:.0%} of one core over {args.idle_seconds:.0f} s of an idle topic "
+                        f"(all processes of this run); {idle_batches} micro-batches ran meanwhile",
+                    )
+                )
+
+        if "f" not in skip:
+            q = floor_query(spark, bootstrap, "bench-a", str(workdir / "ckpt-f"), args.max_events_per_trigger)
+            prog = Progress(q)
+            prog.wait_rows(n, timeout=900)
+            q.stop()
+            batches = prog.with_input()
+            floor = [b["numInputRows"] * 1000 / b["durationMs"]["triggerExecution"] for b in batches[1:]]
+            results.append(
+                (
+                    "(f) Spark without detection",
+                    f"per-batch median {statistics.median(floor):,.0f} ev/s without 1st batch; batch s: "
+                    + " ".join(f"{b['durationMs']['triggerExecution'] / 1000:.1f}" for b in batches),
+                )
+            )
+            results.append(("(f) batch phases", batch_phases(batches[1:] or batches)))
 
         # ---- (c) latency ----
         for rate in rates if "c" not in skip else []:

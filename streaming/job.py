@@ -28,7 +28,7 @@ from streaming.sinks import Sinks, TopicSink
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from streaming.webhooks import Dispatcher
@@ -77,6 +77,17 @@ def spark_session(
     return session
 
 
+def key_by_cluster(events: DataFrame) -> DataFrame:
+    """The operator's input: each record's cluster (the record key, else the
+    envelope's field) and where the record came from."""
+    from pyspark.sql import functions as F
+
+    cluster = F.coalesce(
+        F.col("key"), F.get_json_object(F.col("value").cast("string"), "$.cluster"), F.lit("")
+    )
+    return events.select(cluster.alias("cluster"), "value", "topic", "partition", "offset")
+
+
 def start(
     spark: SparkSession,
     options: JobOptions,
@@ -88,8 +99,6 @@ def start(
     """Start the job; it runs until the returned query is stopped. With
     ``metrics``, the query's progress and the detector's counters feed them;
     with ``webhooks``, every alert enters its outbox (the caller starts it)."""
-    from pyspark.sql import functions as F
-
     # The provider must be set before the first stateful query of the session.
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     # Commit a changelog per batch instead of uploading a RocksDB snapshot each
@@ -111,23 +120,18 @@ def start(
     if not options.use_builtin_kafka:
         source_options["idleTriggerMs"] = str(options.idle_flush_ms)
     events = read_events(spark, source_options, use_builtin_kafka=options.use_builtin_kafka)
-    keyed = events.select(
-        F.coalesce(
-            F.col("key"), F.get_json_object(F.col("value").cast("string"), "$.cluster"), F.lit("")
-        ).alias("cluster"),
-        "value",
-        "topic",
-        "partition",
-        "offset",
-    )
     processor = DetectorProcessor(
         options.detector, scope=options.checkpoint, idle_flush_ms=options.idle_flush_ms
     )
-    detected = keyed.groupBy("cluster").transformWithStateInPandas(
-        statefulProcessor=processor,
-        outputStructType=OUTPUT_SCHEMA,
-        outputMode="Append",
-        timeMode="ProcessingTime",
+    detected = (
+        key_by_cluster(events)
+        .groupBy("cluster")
+        .transformWithStateInPandas(
+            statefulProcessor=processor,
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Append",
+            timeMode="ProcessingTime",
+        )
     )
     sinks = Sinks(
         TopicSink(options.bootstrap_servers, options.alerts_topic, options.kafka_config),

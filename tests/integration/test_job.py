@@ -108,6 +108,9 @@ def test_streaming_alerts_equal_replay_and_ground_truth(spark, broker, make_topi
         idle_flush_ms=2_000,
     )
     metrics = Metrics(CollectorRegistry())
+    # Spark reports an idle query this often (default 10 s): the liveness
+    # gauge must keep moving while no batch runs.
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "1000")
     query = start(spark, options, console=None, metrics=metrics)
     try:
         wait_for(lambda: len(read_topic(broker, alerts_topic)) >= len(expected), query, 400, "every alert")
@@ -120,6 +123,8 @@ def test_streaming_alerts_equal_replay_and_ground_truth(spark, broker, make_topi
         wait_for(lambda: idle_batches() >= 2, query, 60, "two idle batches")
         time.sleep(3 * options.idle_flush_ms / 1000)
         assert idle_batches() == 2
+        last_report = metrics.registry.get_sample_value("fencewatch_last_batch_timestamp_seconds")
+        assert last_report is not None and last_report > time.time() - options.idle_flush_ms / 1000
     finally:
         query.stop()
     check_metrics(metrics, events, records, expected, source, query)
