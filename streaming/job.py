@@ -101,8 +101,8 @@ def start(
     with ``webhooks``, every alert enters its outbox (the caller starts it)."""
     # The provider must be set before the first stateful query of the session.
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-    # Commit a changelog per batch instead of uploading a RocksDB snapshot each
-    # time: about 150 ms less per micro-batch here (docs/performance.md).
+    # Commit a changelog per batch instead of a new RocksDB snapshot each time:
+    # the state commit took 149-172 ms instead of 234-350 ms (docs/performance.md).
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
     # With processing-time timers Spark runs a no-data batch every trigger,
     # which kept a core busy on an idle topic. Our source plans an empty batch
