@@ -89,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
             for env in sim.events(args.events):
                 bucket.take()
                 publisher.publish(env)
-            publisher.flush(60)
+            # Closed here, while the broker still runs: a producer left open logs a
+            # disconnect when the broker stops.
+            publisher.close(60)
 
         say(f"publishing {args.events} simulated events at {args.rate}/s with faults")
         feeder = threading.Thread(target=publish, name="simulator", daemon=True)
