@@ -114,6 +114,7 @@ def test_streaming_alerts_equal_replay_and_ground_truth(spark, broker, make_topi
     query = start(spark, options, console=None, metrics=metrics)
     try:
         wait_for(lambda: len(read_topic(broker, alerts_topic)) >= len(expected), query, 400, "every alert")
+
         # Once idle, the job runs the two empty batches its source plans (the
         # idle flush runs in them; a late extra or duplicate alert would show)
         # and then no batch at all: no-data batches are off.
