@@ -84,7 +84,8 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         if cached is not _MISSING:
             return cached  # type: ignore[return-value]
         assert self._backend is not None, "PartitionStore used before attach()"
-        value = self._backend.getValue(key) if self._backend.containsKey(key) else None
+        # One state-server round trip: getValue answers None for a key it does not hold.
+        value = self._backend.getValue(key)
         history = pickle.loads(value[0]) if value is not None else None
         self._cache[key] = history
         self._stored[key] = _fingerprint(history)

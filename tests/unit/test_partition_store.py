@@ -1,5 +1,5 @@
 """PartitionStore writes back exactly the partition histories that changed.
-The backend here is a dict with MapState's four calls; the integration tests
+The backend here is a dict with the three MapState calls the store makes; the integration tests
 run the store on Spark's real MapState."""
 
 from __future__ import annotations
@@ -20,11 +20,8 @@ class RecordingMapState:
         self.values: dict[Any, tuple[bytes]] = {}
         self.writes: list[tuple[str, Any]] = []
 
-    def containsKey(self, key: Any) -> bool:
-        return key in self.values
-
-    def getValue(self, key: Any) -> tuple[bytes]:
-        return self.values[key]
+    def getValue(self, key: Any) -> tuple[bytes] | None:
+        return self.values.get(key)  # None for a missing key, as Spark's MapState answers
 
     def updateValue(self, key: Any, value: tuple[bytes]) -> None:
         self.writes.append(("update", key))
