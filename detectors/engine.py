@@ -104,7 +104,7 @@ class Detector:
             judgments = self._dispatch(cs, env)
         except BadRecord as exc:
             self.counters.bump(self.counters.events, "dead_letter")
-            letter = DeadLetter(env.position, exc.reason, "", kind=exc.kind)
+            letter = exc.dead_letter(env.position)
             self.dead_letter(letter)
             return letter
         except Unverified as exc:

@@ -50,6 +50,12 @@ class DeadLetterClass(StrEnum):
     NO_TIMESTAMP = "no_timestamp"  # none, or none usable
     INVALID = "invalid"  # anything else
 
+    @classmethod
+    def of_bad_number(cls, value: Any) -> DeadLetterClass:
+        """An integer that failed a bounds check is out of range; anything
+        else where an integer belongs is the wrong type (bool is not an int here)."""
+        return cls.OUT_OF_RANGE if type(value) is int else cls.WRONG_TYPE
+
 
 class BadRecord(ValueError):
     """A record that cannot be used; ``reason`` names the field and the problem,
@@ -63,6 +69,9 @@ class BadRecord(ValueError):
     def __reduce__(self) -> tuple[Any, ...]:
         # The default pickles only the message, which __init__ cannot be called with.
         return (BadRecord, (self.reason, self.kind))
+
+    def dead_letter(self, position: str, raw: str = "") -> DeadLetter:
+        return DeadLetter(position, self.reason, raw, kind=self.kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +191,7 @@ def envelope_or_dead_letter(obj: Any, position: str, seq: int, raw: bytes | str)
     try:
         return envelope_from_obj(obj, position, seq)
     except BadRecord as exc:
-        return DeadLetter(position, exc.reason, _as_text(raw), kind=exc.kind)  # decoded only when kept
+        return exc.dead_letter(position, _as_text(raw))  # decoded only when kept
 
 
 def parse_envelope(raw: bytes | str, position: str = "", seq: int = 0) -> Envelope | DeadLetter:

@@ -113,6 +113,7 @@ def objects(items: list[Any], path: object) -> list[tuple[Any, dict[str, Any]]]:
 def int_list(items: list[Any], path: str) -> tuple[int, ...]:
     for i, item in enumerate(items):
         if isinstance(item, bool) or not isinstance(item, int) or not INT32[0] <= item <= INT32[1]:
-            kind = DeadLetterClass.OUT_OF_RANGE if type(item) is int else DeadLetterClass.WRONG_TYPE
-            raise BadRecord(f"{path}[{i}] must be a broker id (int32), got {item!r}", kind)
+            raise BadRecord(
+                f"{path}[{i}] must be a broker id (int32), got {item!r}", DeadLetterClass.of_bad_number(item)
+            )
     return tuple(items)

@@ -283,7 +283,7 @@ def _record(
     try:
         body = _payload(line.payload)
     except BadRecord as exc:
-        return DeadLetter(position, exc.reason, text, kind=exc.kind)
+        return exc.dead_letter(position, text)
     if section.snapshot:
         offset = None
         if section.snapshot_ts_ms is not None and section.snapshot_ts_ms > 0:
@@ -320,8 +320,10 @@ def _payload(text: str) -> dict[str, Any]:
             f"payload 'type' must be a record type name, got {kind!r}", DeadLetterClass.WRONG_TYPE
         )
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        why = DeadLetterClass.OUT_OF_RANGE if type(version) is int else DeadLetterClass.WRONG_TYPE
-        raise BadRecord(f"payload 'version' must be a non-negative integer, got {version!r}", why)
+        raise BadRecord(
+            f"payload 'version' must be a non-negative integer, got {version!r}",
+            DeadLetterClass.of_bad_number(version),
+        )
     if not isinstance(data, dict):
         raise BadRecord(
             f"payload 'data' must be a JSON object, got {type(data).__name__}", DeadLetterClass.WRONG_TYPE

@@ -75,7 +75,7 @@ def _state(value: Any, path: str) -> int:
         return value
     # A number is a state's ordinal, so beyond 0-3 it is out of range; a name
     # outside the set, or anything else, is not a state at all.
-    kind = DeadLetterClass.OUT_OF_RANGE if type(value) is int else DeadLetterClass.WRONG_TYPE
+    kind = DeadLetterClass.of_bad_number(value)
     raise BadRecord(f"{path} must be one of {', '.join(STATE_NAMES)} (or 0-3), got {value!r}", kind)
 
 

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from confluent_kafka import (
@@ -62,6 +62,7 @@ BUILTIN_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0"
 Offsets = dict[str, int]
 IDLE_TICKS = "idle_ticks"
 TICKS_PER_LULL = 2
+T = TypeVar("T")
 
 _DEFAULT_GROUP_ID = "fencewatch-spark-source"
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch
@@ -129,7 +130,7 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     return value
 
 
-def partition_offsets(offsets: Mapping[str, int]) -> Offsets:
+def partition_offsets(offsets: Mapping[str, T]) -> dict[str, T]:
     """The per-partition part of an offset (without the idle tick count)."""
     return {p: off for p, off in offsets.items() if p != IDLE_TICKS}
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from streaming.kafka_source import IDLE_TICKS
+from streaming.kafka_source import partition_offsets
 from streaming.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -41,9 +41,7 @@ def offsets_total(offsets: str | None) -> int | None:
     if not isinstance(parsed, dict):
         return None
     total = 0
-    for key, value in parsed.items():
-        if key == IDLE_TICKS:
-            continue
+    for value in partition_offsets(parsed).values():
         if isinstance(value, dict):
             total += sum(int(v) for v in value.values() if int(v) >= 0)
         else:

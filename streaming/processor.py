@@ -10,6 +10,7 @@ replay's end of input).
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Iterator
 from typing import Any
@@ -120,7 +121,7 @@ class DetectorProcessor(StatefulProcessor):
                 out.append(
                     dead_letter_row(
                         cluster,
-                        DeadLetter(letter.position, letter.reason, _text(value), kind=letter.kind),
+                        dataclasses.replace(letter, raw=_text(value)),
                         partition,
                         offset,
                     )
