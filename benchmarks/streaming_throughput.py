@@ -18,9 +18,19 @@ figure printed is measured in that run:
     and where the time of a batch goes: the medians, over batches after the
     first, of Spark's ``durationMs`` phases and of the stateful operator's
     update and commit times.
+    CPU cost: CPU-seconds per million events over the batches after the
+    first. The CPU counters (utime + stime + cutime + cstime from
+    /proc/PID/stat) of every process of this run are read as soon as polling
+    the progress shows the first batch with input has ended and as soon as
+    the last one has (the lag is printed); the job's share is this driver, the
+    JVM and the Python workers, printed by role and as a sum without and with
+    the broker (the tansu child process, found by name).
 (b) the same topic read by a plain single-process consumer (``assign()`` to
     every partition, parse + ``Detector.ingest`` + ``drain``, ``flush`` at the
-    end), ``--repeat`` times, median.
+    end), ``--repeat`` times, median. CPU cost: CPU-seconds per million events
+    of this process over each whole run (consumer creation to close; no JVM
+    exists yet), without and with the broker's share, median; (a) and (f)
+    are printed as ratios to these medians.
 (c) event-to-alert latency at fixed input rates (``--rate``, repeatable):
     simulated events with faults are published at that rate; the Spark job and
     a plain consumer (a separate process) read the topic live. For each injected
@@ -38,7 +48,7 @@ figure printed is measured in that run:
 (f) the floor of the Spark pipeline: (a)'s query with the detection taken
     out (same source, key, shuffle and stateful-operator framework; the
     operator only turns every value into Python bytes, and a noop sink), on the
-    same topic; per-batch rates and phases as in (a).
+    same topic; per-batch rates, phases and CPU cost as in (a).
 (e) the cost of idling: once (a)'s job has read everything, the CPU time of
     every process of this run (this driver, the JVM, the Python workers, the
     broker; from /proc) over ``--idle-seconds`` of an idle topic, as a share
@@ -49,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import multiprocessing as mp
 import os
 import pickle
@@ -57,6 +68,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -69,6 +82,9 @@ from detectors.envelope import envelope_from_obj
 from detectors.truth import match_key
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+# Waits poll the query this often; it bounds how late after a batch's end the
+# CPU counters of the steady interval are read.
+POLL_SECONDS = 0.05
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -110,27 +126,66 @@ def descendants(root: int) -> list[tuple[int, str]]:
     return out
 
 
-def cpu_seconds() -> float:
-    """User + system CPU time so far of this process and all its descendants."""
-    total = 0
-    for pid in [os.getpid()] + [pid for pid, _ in descendants(os.getpid())]:
+# The kernel keeps the first 15 bytes of an executable's name as its comm (TASK_COMM_LEN - 1).
+COMM_LEN = 15
+ROLES = ("driver_py", "jvm", "py_workers", "broker", "other")
+
+
+@functools.cache
+def broker_comm() -> str:
+    """The comm of the embedded broker's process, which this run starts as a child."""
+    from streaming.broker import resolve_binary
+
+    return Path(resolve_binary()).name[:COMM_LEN]
+
+
+def process_roles() -> list[tuple[int, str]]:
+    """(pid, role) of this process and every live descendant; roles as in ``ROLES``."""
+    roles = [(os.getpid(), "driver_py")]
+    for pid, name in descendants(os.getpid()):
+        if name == "java":
+            roles.append((pid, "jvm"))
+        elif name.startswith("python"):
+            roles.append((pid, "py_workers"))
+        elif name == broker_comm():
+            roles.append((pid, "broker"))
+        else:
+            roles.append((pid, "other"))
+    return roles
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU-seconds so far (user + system) of this run's processes, by role.
+
+    Each process counts with its reaped children (cutime + cstime): a Python
+    worker that exits between two readings keeps its share in its parent's."""
+    cpu = dict.fromkeys(ROLES, 0)
+    for pid, role in process_roles():
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
+        cpu[role] += sum(int(ticks) for ticks in fields[11:15])  # utime, stime, cutime, cstime
+    return {role: ticks / os.sysconf("SC_CLK_TCK") for role, ticks in cpu.items()}
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {role: after[role] - before[role] for role in ROLES}
+
+
+def per_million(cpu: dict[str, float], events: int) -> tuple[float, float]:
+    """CPU-seconds per million events: (without the broker, with it)."""
+    without = sum(seconds for role, seconds in cpu.items() if role != "broker")
+    return without * 1e6 / events, (without + cpu["broker"]) * 1e6 / events
 
 
 def memory() -> dict[str, float]:
     """RSS in MB: this driver process, the JVM(s), the Spark Python workers."""
-    mem = {"driver_py": rss_mb(os.getpid()), "jvm": 0.0, "py_workers": 0.0}
-    for pid, name in descendants(os.getpid()):
-        if name == "java":
-            mem["jvm"] += rss_mb(pid)
-        elif name.startswith("python"):
-            mem["py_workers"] += rss_mb(pid)
+    mem = dict.fromkeys(("driver_py", "jvm", "py_workers"), 0.0)
+    for pid, role in process_roles():
+        if role in mem:
+            mem[role] += rss_mb(pid)
     return mem
 
 
@@ -182,16 +237,83 @@ class Progress:
     def rows(self) -> int:
         return sum(p["numInputRows"] for p in self.batches.values())
 
-    def wait_rows(self, total: int, timeout: float) -> None:
+    def wait_until(self, done: Callable[[], bool], what: str, timeout: float) -> None:
         deadline = time.time() + timeout
-        while self.rows() < total:
+        while not done():
             if time.time() > deadline:
-                raise TimeoutError(f"job consumed {self.rows():,} of {total:,} rows in {timeout:.0f} s")
-            time.sleep(0.2)
+                raise TimeoutError(f"no {what} in {timeout:.0f} s (job consumed {self.rows():,} rows)")
+            time.sleep(POLL_SECONDS)
             self.poll()
+
+    def wait_rows(self, total: int, timeout: float) -> None:
+        self.wait_until(lambda: self.rows() >= total, f"{total:,} rows", timeout)
 
     def with_input(self, after: int = -1) -> list[dict[str, Any]]:
         return [p for b, p in sorted(self.batches.items()) if b > after and p["numInputRows"] > 0]
+
+
+def batch_end(progress: dict[str, Any]) -> float:
+    return ts(progress) + progress["durationMs"]["triggerExecution"] / 1000
+
+
+@dataclass(frozen=True)
+class SteadyCpu:
+    """What this run's processes spent over a query's steady batches."""
+
+    cpu: dict[str, float]  # CPU-seconds by role (ROLES)
+    rows: int
+    batches: int
+    read_lag_s: tuple[float, float]  # counters read this long after the first / last batch ended
+
+
+def steady_cpu(prog: Progress, total: int, timeout: float) -> SteadyCpu:
+    """Wait until the query has read ``total`` rows, reading the CPU counters as
+    soon as the first batch with input has ended and as soon as the last one
+    has: the JVM's start-up and the first batch's Python-worker start stay out,
+    as they do from the steady per-batch rates."""
+    prog.wait_until(lambda: bool(prog.with_input()), "batch with input", timeout)
+    before, before_at = cpu_by_role(), time.time()
+    # Any batch that ended before that reading is left out with the first.
+    first = prog.with_input()[-1]
+    prog.wait_rows(total, timeout)
+    after, after_at = cpu_by_role(), time.time()
+    steady = prog.with_input(after=first["batchId"])
+    if not steady:
+        raise RuntimeError(
+            "one batch read every event: CPU per event needs --events > --max-events-per-trigger"
+        )
+    return SteadyCpu(
+        cpu_used(before, after),
+        sum(b["numInputRows"] for b in steady),
+        len(steady),
+        (before_at - batch_end(first), after_at - batch_end(steady[-1])),
+    )
+
+
+def steady_cpu_results(
+    label: str, steady: SteadyCpu, plain: tuple[float, float] | None
+) -> list[tuple[str, str]]:
+    """Result lines of a query's CPU per event, and its ratio to the plain consumer's
+    (``plain``: median CPU-seconds per million events without and with the broker)."""
+    without, with_broker = per_million(steady.cpu, steady.rows)
+    parts = ", ".join(f"{role} {steady.cpu[role]:.1f}" for role in ROLES)
+    lines = [
+        (
+            f"{label} CPU-s per M events",
+            f"{without:.1f} without the broker, {with_broker:.1f} with it, on steady batches "
+            f"({steady.rows:,} rows in {steady.batches} batches; CPU-s {parts}; counters read "
+            f"{steady.read_lag_s[0]:.2f} s / {steady.read_lag_s[1]:.2f} s after the first / last "
+            "batch ended)",
+        )
+    ]
+    if plain:
+        lines.append(
+            (
+                f"{label} / (b) CPU per event",
+                f"{without / plain[0]:.2f}x without the broker, {with_broker / plain[1]:.2f}x with it",
+            )
+        )
+    return lines
 
 
 # ---- (b) the plain consumer ----------------------------------------------------------------------
@@ -443,18 +565,33 @@ def main(argv: list[str] | None = None) -> int:
         results.append(("events (a)/(b)", f"{n:,} in topic with {tp} partitions, one cluster key"))
 
         plain_rates: list[float] = []
+        plain_cpu: tuple[float, float] | None = None
         if "b" not in skip:
-            secs = []
+            secs, cpu_runs = [], []
             for i in range(args.repeat):
+                cpu0 = cpu_by_role()
                 s, alerts = plain_consume(bootstrap, "bench-a", tp, n)
+                cpu_runs.append(per_million(cpu_used(cpu0, cpu_by_role()), n))
                 secs.append(s)
                 log(f"plain consumer run {i + 1}: {s:.2f} s, {alerts} alerts")
             plain_rates = [n / s for s in secs]
+            plain_cpu = (
+                statistics.median(without for without, _ in cpu_runs),
+                statistics.median(with_broker for _, with_broker in cpu_runs),
+            )
             results.append(
                 (
                     "(b) plain consumer ev/s",
                     f"median {statistics.median(plain_rates):,.0f}  runs "
                     + " ".join(f"{r:,.0f}" for r in plain_rates),
+                )
+            )
+            results.append(
+                (
+                    "(b) CPU-s per M events",
+                    f"median {plain_cpu[0]:.1f} without the broker, {plain_cpu[1]:.1f} with it "
+                    "(whole runs: this process, and the broker's share of the read); runs "
+                    + " ".join(f"{without:.1f}/{with_broker:.1f}" for without, with_broker in cpu_runs),
                 )
             )
 
@@ -466,18 +603,18 @@ def main(argv: list[str] | None = None) -> int:
         if "a" not in skip:
             q = job("bench-a", "a", max_events_per_trigger=args.max_events_per_trigger, trigger_seconds=0.5)
             prog = Progress(q)
-            prog.wait_rows(n, timeout=900)
+            job_cpu = steady_cpu(prog, n, timeout=900)
             if "e" not in skip:
                 idle_from = max(prog.batches)
-                c0, w0 = cpu_seconds(), time.time()
+                cpu0, w0 = cpu_by_role(), time.time()
                 time.sleep(args.idle_seconds)
-                idle_cpu = (cpu_seconds() - c0) / (time.time() - w0)
+                idle_cpu = sum(cpu_used(cpu0, cpu_by_role()).values()) / (time.time() - w0)
                 prog.poll()
                 idle_batches = sum(b > idle_from for b in prog.batches)
             q.stop()
             batches = prog.with_input()
             first, last = batches[0], batches[-1]
-            elapsed = ts(last) + last["durationMs"]["triggerExecution"] / 1000 - ts(first)
+            elapsed = batch_end(last) - ts(first)
             spark_rate = n / elapsed
             per_batch = [b["numInputRows"] * 1000 / b["durationMs"]["triggerExecution"] for b in batches]
             steady = per_batch[1:] or per_batch
@@ -498,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             results.append(("(a) Spark batch phases", batch_phases(batches[1:] or batches)))
+            results.extend(steady_cpu_results("(a)", job_cpu, plain_cpu))
             if plain_rates:
                 results.append(
                     ("(a)/(b) Spark / plain", f"{spark_rate / statistics.median(plain_rates):.2f}x")
@@ -514,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         if "f" not in skip:
             q = floor_query(spark, bootstrap, "bench-a", str(workdir / "ckpt-f"), args.max_events_per_trigger)
             prog = Progress(q)
-            prog.wait_rows(n, timeout=900)
+            floor_cpu = steady_cpu(prog, n, timeout=900)
             q.stop()
             batches = prog.with_input()
             floor = [b["numInputRows"] * 1000 / b["durationMs"]["triggerExecution"] for b in batches[1:]]
@@ -526,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             results.append(("(f) batch phases", batch_phases(batches[1:] or batches)))
+            results.extend(steady_cpu_results("(f)", floor_cpu, plain_cpu))
 
         # ---- (c) latency ----
         for rate in rates if "c" not in skip else []:

@@ -567,8 +567,9 @@ def webhook_row() -> list[tuple[dict[str, Any], int, int]]:
         (
             timeseries(
                 "Failed delivery attempts",
-                "Failed attempts per second by endpoint and reason (timeout, connection, http_4xx, "
-                "http_5xx). Failed alerts stay in the outbox and are retried with backoff.",
+                "Failed attempts per second by endpoint and reason (timeout, connection, http_3xx, "
+                "http_4xx, http_5xx). Failed alerts stay in the outbox: retried with backoff, or parked "
+                "(see Parked alerts).",
                 [
                     target(
                         rate_by("fencewatch_webhook_failures_total", "endpoint, reason"),
@@ -582,19 +583,39 @@ def webhook_row() -> list[tuple[dict[str, Any], int, int]]:
         ),
         (
             timeseries(
-                "Rate-limited and dropped",
-                "Deliveries held back by an endpoint's rate limit, and alerts given up on (older than "
-                "max_age_seconds, or rejected as permanently invalid), per second.",
-                targets(
-                    (
-                        rate_by("fencewatch_webhook_rate_limited_total", "endpoint"),
-                        "{{endpoint}} rate-limited",
-                    ),
-                    (rate_by("fencewatch_webhook_dropped_total", "endpoint"), "{{endpoint}} dropped"),
-                ),
+                "Rate-limited deliveries",
+                "Deliveries held back by an endpoint's rate limit (rate_per_second, burst), per second.",
+                [target(rate_by("fencewatch_webhook_rate_limited_total", "endpoint"), "{{endpoint}}")],
                 unit="suffix: /s",
             ),
             8,
+            8,
+        ),
+        (
+            timeseries(
+                "Parked alerts",
+                "Alerts each endpoint's delivery gave up on, kept in the outbox with their last answer "
+                "until an operator resends them: list them with `fencewatch webhooks parked --outbox "
+                "FILE`, resend with `fencewatch webhooks resend`. Anything above 0 needs a look.",
+                [target(max_by("fencewatch_webhook_parked"), "{{endpoint}}")],
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Parkings by reason",
+                "Alerts parked per second, by endpoint and reason: rejected (a 4xx), redirect (a 3xx), "
+                "unrenderable, retries_exhausted (max_attempts failures of its own), max_age.",
+                [
+                    target(
+                        rate_by("fencewatch_webhook_parkings_total", "endpoint, reason"),
+                        "{{endpoint}} {{reason}}",
+                    )
+                ],
+                unit="suffix: /s",
+            ),
+            12,
             8,
         ),
         (
@@ -609,7 +630,8 @@ def webhook_row() -> list[tuple[dict[str, Any], int, int]]:
         (
             timeseries(
                 "Oldest pending alert",
-                "Age of the oldest alert waiting for each endpoint (0 when none waits).",
+                "Age of the oldest alert waiting for each endpoint (0 when none waits). Past the "
+                "endpoint's max_age_seconds an alert is parked.",
                 [target(max_by("fencewatch_webhook_oldest_pending_seconds"), "{{endpoint}}")],
                 unit="s",
             ),

@@ -2,11 +2,19 @@
 ``fencewatch replay`` and inside the streaming job's stateful operator, so both
 raise the same alerts from the same events.
 
-Metadata, quorum and remote-log records update the view as they arrive (each
-comes from one ordered source). Judgments of request outcomes wait, per
-cluster, until the event-time watermark (newest ``ts_ms`` minus
-``lateness_ms``) has passed ``ts_ms + grace_ms``: then every event that can
-change the verdict is in, whatever order the sources arrived in.
+Metadata, quorum and remote-log records update the view as they arrive,
+each offset-ordered log in its own offset order (see detectors.redelivery).
+Judgments of request outcomes wait, per cluster, until the event-time
+watermark (newest ``ts_ms`` minus ``lateness_ms``) has passed ``ts_ms +
+grace_ms``: then every event that can change the verdict is in, whatever order
+the sources arrived in.
+
+Input arrives at least once: a record delivered again is recognised by its
+identity and counted as a duplicate, never applied or judged twice. A request
+that arrives after its own judgment was due (``ts_ms + grace_ms`` behind the
+watermark) is refused, counted as unverified: the view may have pruned the
+states its window needs, and a re-delivery that old could not be told from a
+new record.
 """
 
 from __future__ import annotations
@@ -21,9 +29,10 @@ from detectors import rules
 from detectors.alerts import Alert, Evidence
 from detectors.cluster import ClusterState, Counters
 from detectors.config import DetectorConfig
-from detectors.envelope import BadRecord, DeadLetter, Envelope, Unverified
+from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, Unverified, dumps
 from detectors.fields import INT16, get_int, get_obj
 from detectors.history import History
+from detectors.redelivery import Arrival, OffsetOrder, RecentIds, RememberedIds, content_identity
 from detectors.requests import (
     ALTER_PARTITION,
     API_NAMES,
@@ -50,6 +59,8 @@ from detectors.view import PartitionState, own_topic_key
 
 Judgment = Callable[[], None]
 
+TOO_LATE = "too late: its grace window had closed when it arrived"
+
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -72,6 +83,24 @@ class _Cluster(ClusterState):
         self.max_ts_ms: int | None = None
         self.pending: list[tuple[int, int, int, Judgment]] = []
         self.expired_at_ms = 0
+        self.metadata_log = OffsetOrder()
+        self.remote_log = OffsetOrder()
+        self.recent_ids = RecentIds()
+        self.quorum_state_ids = RememberedIds()
+        self.quorum_states: dict[int, bytes] = {}  # node -> its newest state's content identity
+
+    def ordered_log(self, env: Envelope) -> OffsetOrder | None:
+        """The offset-ordered log ``env`` belongs to, if it carries its offset."""
+        if env.offset is None:
+            return None
+        if env.kind == "metadata":
+            return self.metadata_log
+        if env.kind == "remote_log_metadata":
+            return self.remote_log
+        return None
+
+    def held_count(self) -> int:
+        return self.metadata_log.held_count() + self.remote_log.held_count()
 
     @property
     def watermark_ms(self) -> int | None:
@@ -95,29 +124,87 @@ class Detector:
             cs = self.clusters[name] = _Cluster(name, self.config, self.counters, self.now_ms)
         return cs
 
-    def ingest(self, env: Envelope) -> DeadLetter | None:
-        """Take one event. Returns a dead letter if its body cannot be used."""
+    def ingest(self, env: Envelope) -> list[DeadLetter]:
+        """Take one event. Returns the dead letters it caused: its own if its
+        body cannot be used, and those of held records it released."""
         cs = self.cluster(env.cluster)
+        letters: list[DeadLetter] = []
         if cs.max_ts_ms is not None and env.ts_ms < cs.max_ts_ms - self.config.lateness_ms:
             self.counters.late += 1
+        advanced = cs.max_ts_ms is None or env.ts_ms > cs.max_ts_ms
+        if advanced:
+            cs.max_ts_ms = env.ts_ms
+            # Held records whose time the watermark has now passed come before this one.
+            self._release(cs, cs.watermark_ms, letters)
+        log = cs.ordered_log(env)
+        if log is not None:
+            arrival = log.offer(env)
+            if arrival is Arrival.APPLY:
+                self._process(cs, env, letters)
+            elif arrival is Arrival.DUPLICATE:
+                self.counters.duplicates += 1
+            elif arrival is Arrival.OUT_OF_ORDER:
+                letters.append(self._out_of_order(env, log))
+        elif self._first_delivery(cs, env):
+            self._process(cs, env, letters)
+        watermark = cs.watermark_ms
+        assert watermark is not None
+        # A late record's judgment may be due at once; an applied offset may free held successors.
+        if advanced or log is not None or (cs.pending and cs.pending[0][0] <= watermark):
+            self._judge_due(cs, watermark, letters)
+        return letters
+
+    def _first_delivery(self, cs: _Cluster, env: Envelope) -> bool:
+        """False for a record seen before (counted as a duplicate) and for one
+        too late to judge (counted as unverified); see detectors.redelivery."""
+        if env.kind == "quorum_state":
+            # The file has no time: a shipper that restarts publishes the state it
+            # holds again, stamped anew. An earlier state coming back later (after
+            # an epoch regression, say) is a new observation, not a re-delivery.
+            assert env.node is not None
+            content = content_identity(env, with_time=False)
+            first = (
+                cs.quorum_state_ids.add(content_identity(env)) and cs.quorum_states.get(env.node) != content
+            )
+            cs.quorum_states[env.node] = content
+        else:
+            until_ms = env.ts_ms + self.config.grace_ms
+            if cs.watermark_ms is not None and until_ms < cs.watermark_ms:
+                cs.unverified(TOO_LATE)
+                return False
+            first = cs.recent_ids.add(content_identity(env), until_ms)
+        if not first:
+            self.counters.duplicates += 1
+        return first
+
+    def _out_of_order(self, env: Envelope, log: OffsetOrder) -> DeadLetter:
+        letter = DeadLetter(
+            env.position,
+            f"{env.kind} offset {env.offset} arrived after offset {log.last} was applied and was never "
+            "applied itself: the view cannot be rewound to take it. Ship this log in offset order "
+            "(replay orders it itself), or raise --lateness-ms if its sources lag each other",
+            dumps(env.to_dict()),
+            kind=DeadLetterClass.OUT_OF_ORDER,
+        )
+        self.counters.bump(self.counters.events, "dead_letter")
+        self.dead_letter(letter)
+        return letter
+
+    def _process(self, cs: _Cluster, env: Envelope, letters: list[DeadLetter]) -> None:
+        """Apply or schedule one first-delivered record."""
         try:
             judgments = self._dispatch(cs, env)
         except BadRecord as exc:
             self.counters.bump(self.counters.events, "dead_letter")
             letter = exc.dead_letter(env.position)
             self.dead_letter(letter)
-            return letter
+            letters.append(letter)
+            return
         except Unverified as exc:
             cs.unverified(exc.reason)
-            judgments = []
+            return
         if judgments:
             self._schedule(cs, env, judgments)
-        if cs.max_ts_ms is None or env.ts_ms > cs.max_ts_ms:
-            cs.max_ts_ms = env.ts_ms
-            self._judge_due(cs, cs.watermark_ms)
-        elif judgments and env.ts_ms + self.config.grace_ms <= (cs.watermark_ms or 0):
-            self._judge_due(cs, cs.watermark_ms)  # a late event's window is complete already
-        return None
 
     def _schedule(self, cs: _Cluster, env: Envelope, judgments: list[Deferred]) -> None:
         """Queue each judgment until the watermark passes ``ts_ms + grace_ms``,
@@ -147,15 +234,27 @@ class Detector:
                 cs.out.clear()
         return out
 
-    def flush(self) -> None:
-        """End of input: judge everything still waiting for its grace window."""
+    def flush(self) -> list[DeadLetter]:
+        """End of input: apply every held record and judge everything still
+        waiting for its grace window. Returns the dead letters that caused."""
+        letters: list[DeadLetter] = []
         for cs in self.clusters.values():
-            self._judge_due(cs, None)
+            self._judge_due(cs, None, letters)
+        return letters
 
     def pending_count(self) -> int:
-        return sum(len(cs.pending) for cs in self.clusters.values())
+        """Judgments and held records waiting for the watermark."""
+        return sum(len(cs.pending) + cs.held_count() for cs in self.clusters.values())
 
-    def _judge_due(self, cs: _Cluster, watermark_ms: int | None) -> None:
+    def _release(self, cs: _Cluster, watermark_ms: int | None, letters: list[DeadLetter]) -> None:
+        """Apply the held records of the offset-ordered logs that are due."""
+        for log in (cs.metadata_log, cs.remote_log):
+            if log.held_count():
+                for env in log.ready(watermark_ms):
+                    self._process(cs, env, letters)
+
+    def _judge_due(self, cs: _Cluster, watermark_ms: int | None, letters: list[DeadLetter]) -> None:
+        self._release(cs, watermark_ms, letters)
         pending = cs.pending
         while pending and (watermark_ms is None or pending[0][0] <= watermark_ms):
             _, _, _, judgment = heapq.heappop(pending)
@@ -163,6 +262,8 @@ class Detector:
                 judgment()
             except Unverified as exc:
                 cs.unverified(exc.reason)
+        if watermark_ms is not None:
+            cs.recent_ids.forget(watermark_ms)
         if watermark_ms is not None and watermark_ms - cs.expired_at_ms > self.config.retention_ms:
             cs.expired_at_ms = watermark_ms
             cs.view.expire(watermark_ms)
@@ -174,13 +275,7 @@ class Detector:
         kind = env.kind
         if kind == "metadata":
             self.counters.bump(self.counters.events, "metadata")
-            last = cs.view.last_metadata_offset
             if env.offset is not None:
-                if last is not None and env.offset <= last:
-                    self.counters.duplicates += (
-                        1  # re-shipped or dumped twice: applying it again would corrupt epochs
-                    )
-                    return []
                 cs.view.last_metadata_offset = env.offset
             change = cs.view.apply(env)
             if change is not None:
@@ -238,7 +333,7 @@ class Detector:
         if error != 0:
             return
         self._accepted_controller_epoch(cs, env, controller_epoch)
-        if cs.view.last_metadata_offset is not None:
+        if cs.view.last_metadata_offset is not None or cs.metadata_log.held_count():
             return  # the metadata log is authoritative
         for p in partitions:
             if p.error != 0:

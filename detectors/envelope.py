@@ -48,7 +48,9 @@ class DeadLetterClass(StrEnum):
     OUT_OF_RANGE = "out_of_range"
     WRONG_TYPE = "wrong_type"  # including a name outside a closed set (an enum)
     NO_TIMESTAMP = "no_timestamp"  # none, or none usable
+    OUT_OF_ORDER = "out_of_order"  # an offset-ordered log's record after later offsets were applied
     INVALID = "invalid"  # anything else
+    TOO_LARGE = "too_large"  # a line or entry over the record size limit: not read
 
     @classmethod
     def of_bad_number(cls, value: Any) -> DeadLetterClass:

@@ -19,6 +19,9 @@ from the record line. Control records (``LeaderChange:``, ``SnapshotHeader``,
 Kafka's ``ControlRecordType`` name and skipped. Header, batch and blank lines
 are counted as other lines.
 
+A line longer than the record size limit is a ``too_large`` dead letter, read
+in bounded pieces and never held whole.
+
 Two variants are understood:
 
 * ``--skip-record-metadata`` prints ``| payload: ...`` (older tools: `` payload:
@@ -43,7 +46,7 @@ from typing import Any
 import orjson
 
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
-from detectors.lines import decode_line
+from detectors.lines import DEFAULT_MAX_RECORD_BYTES, LongLine, bounded_lines, decode_line, within_limit
 
 _RECORD = re.compile(r"\|\s*offset: (-?\d+) (\w+): (-?\d+)(.*)")
 _PAYLOAD_ONLY = re.compile(r"\|?\s*payload: ")
@@ -71,8 +74,8 @@ UNKNOWN_CONTROL = "UNKNOWN"
 class MetadataDumpStats:
     """Counters over one or more dumps.
 
-    Every line is exactly one of: a metadata record (``records`` or
-    ``dead_letters``), a control record (``control_records_by_type``, keyed by
+    Every line is exactly one of: a metadata record or a line over the size
+    limit (``records`` or ``dead_letters``), a control record (``control_records_by_type``, keyed by
     Kafka's ControlRecordType name), or another line (headers, batch lines,
     blanks), so ``lines == records + dead_letters + control_records + other_lines``.
     """
@@ -128,44 +131,60 @@ def _check_identity(cluster: str, node: int | None) -> None:
 
 
 def iter_metadata_dump(
-    lines: Iterable[bytes | str],
+    lines: Iterable[bytes | str | LongLine],
     *,
     source: str,
     cluster: str,
     node: int | None = None,
     stats: MetadataDumpStats | None = None,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[Envelope | DeadLetter]:
     """Parse dump output into envelopes and dead letters, in input order.
 
     lines: physical lines (bytes preferred: bad UTF-8 in a record line becomes
-        a dead letter), with or without terminators.
+        a dead letter), with or without terminators, or :class:`LongLine` for
+        lines already cut short; or a binary stream, read in bounded lines.
     source: names the input in ``position`` (``f"{source}:{line}"``, 1-based).
     cluster, node: the envelope's cluster and, optionally, the controller whose
         log was dumped.
     stats: counters to update (to read after the generator ends, or to
         accumulate over several files).
+    max_record_bytes: the longest line that is read; a longer one is a
+        ``too_large`` dead letter, of which only the start is kept.
 
-    Raises ValueError at once for a bad cluster or node.
+    Raises ValueError at once for a bad cluster, node or limit.
     """
     _check_identity(cluster, node)
+    if max_record_bytes < 1:
+        raise ValueError(f"max_record_bytes must be at least 1, got {max_record_bytes}")
     counts = stats if stats is not None else MetadataDumpStats()
-    return _parse(lines, source, cluster, node, counts)
+    return _parse(bounded_lines(lines, max_record_bytes), source, cluster, node, counts, max_record_bytes)
 
 
 def _parse(
-    lines: Iterable[bytes | str],
+    lines: Iterable[bytes | str | LongLine],
     source: str,
     cluster: str,
     node: int | None,
     counts: MetadataDumpStats,
+    limit: int,
 ) -> Iterator[Envelope | DeadLetter]:
     section = _Section()
     seq = 0
     for number, raw in enumerate(lines, start=1):
         counts.lines += 1
-        text, utf8_error = decode_line(raw)
+        line, long = within_limit(raw, limit)
+        text, utf8_error = decode_line(line) if long is None else (long.text(), None)
         position = f"{source}:{number}"
         is_record = text.startswith("|") or _PAYLOAD_ONLY.match(text) is not None
+        if long is not None:
+            # Only its start is known, which cannot prove it is no record: it is
+            # reported, never skipped as a header line might be.
+            if is_record and section.batch is not None:
+                section.batch.seen += 1
+            counts.dead_letters += 1
+            yield long.dead_letter(position, f"line {number}")
+            continue
         if not is_record:
             counts.other_lines += 1
             if utf8_error is None:

@@ -10,6 +10,11 @@ An entry may be wrapped over several physical lines; it ends once the text ends
 with `` (kafka.request.logger)``, or, for a broken entry, when the next log entry
 (a line starting with ``[timestamp]``) or the end of input arrives. Entries of
 other loggers are skipped and counted, never dead-lettered: they are not ours.
+
+An entry whose JSON grows past the record size limit, and any line longer than
+the limit, becomes a ``too_large`` dead letter as soon as the limit is passed;
+the rest of that entry is skipped up to its end or the next log entry, so an
+entry that never ends costs no more memory than the limit.
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
-from detectors.lines import decode_line
+from detectors.lines import (
+    DEFAULT_MAX_RECORD_BYTES,
+    EXCERPT_BYTES,
+    LongLine,
+    bounded_lines,
+    decode_line,
+    too_large_reason,
+    within_limit,
+)
 
 REQUEST_LOGGER_SUFFIX = "(kafka.request.logger)"
 COMPLETED_MARKER = "Completed request:"
@@ -45,7 +58,8 @@ class RequestLogStats:
     """Counters over one or more request logs.
 
     Every physical line lands in exactly one of ``record_lines`` (part of a
-    request entry, which became one envelope or one dead letter) and
+    request entry, which became one envelope or one dead letter, or a line
+    over the size limit, which became a dead letter) and
     ``other_logger_lines`` (other loggers' entries, their continuation lines
     such as stack traces, and blank lines), so
     ``lines == record_lines + other_logger_lines``.
@@ -60,47 +74,49 @@ class RequestLogStats:
 
 @dataclass
 class _Pending:
-    """A request entry being collected, possibly over several physical lines."""
+    """A request entry being collected, possibly over several physical lines.
+
+    The entry's bytes are kept in one buffer, not as one object per line: an
+    entry of many short lines must cost its size in memory, not many times it.
+    """
 
     line_number: int
     stamp: str
-    parts: list[str] = field(default_factory=list)  # text after the marker, then whole lines
-    raw_lines: list[str] = field(default_factory=list)  # decoded lines, for the dead letter
-    inputs: list[bytes | str] = field(default_factory=list)  # the lines as given
-    utf8_error: str | None = None
+    body: bytearray = field(default_factory=bytearray)  # the bytes after the marker, lines joined
+    excerpt: str = ""  # the entry's start as decoded lines, for a dead letter
+    lines: int = 0
     tail: str = ""
 
-    def add(self, part: str, line: str, given: bytes | str, utf8_error: str | None) -> None:
-        self.parts.append(part)
-        self.raw_lines.append(line)
-        self.inputs.append(given)
-        self.tail = (self.tail + part)[-_TAIL_CHARS:]
-        if utf8_error and not self.utf8_error:
-            self.utf8_error = utf8_error
+    def add(self, part: bytes, part_text: str, line: str) -> None:
+        """One line: ``part`` its bytes that belong to the body, ``part_text``
+        the same decoded, ``line`` the whole line decoded."""
+        self.body += part
+        self.lines += 1
+        if len(self.excerpt) < EXCERPT_BYTES:
+            kept = line[:EXCERPT_BYTES]
+            joined = f"{self.excerpt}\n{kept}" if self.lines > 1 else kept
+            self.excerpt = joined[:EXCERPT_BYTES]
+        self.tail = (self.tail + part_text)[-_TAIL_CHARS:]
 
     def ends_with_logger(self) -> bool:
         return self.tail.rstrip().endswith(REQUEST_LOGGER_SUFFIX)
 
     def text(self) -> tuple[str, str | None]:
-        """The entry's text after the marker, and what is wrong with its UTF-8 if anything."""
-        if self.utf8_error is None:
-            return "".join(self.parts), None
-        # A hard wrap may split one multi-byte character over two lines: only the
-        # joined bytes say whether the entry is really not UTF-8.
-        chunks = []
-        for index, given in enumerate(self.inputs):
-            data = (given.encode() if isinstance(given, str) else given).rstrip(b"\r\n")
-            if index == 0:
-                data = data.removeprefix(b"\xef\xbb\xbf")
-                start = _RECORD_START_BYTES.match(data)
-                data = data[start.end() :] if start else data
-            chunks.append(data)
-        joined = b"".join(chunks)
+        """The entry's text after the marker, and what is wrong with its UTF-8 if anything.
+
+        Decoded whole, because a hard wrap may split one multi-byte character
+        over two lines."""
         try:
-            return joined.decode("utf-8"), None
+            return self.body.decode("utf-8"), None
         except UnicodeDecodeError as exc:
             where = f"byte {exc.start + 1} after '{COMPLETED_MARKER}'"
-            return "", f"invalid UTF-8 byte 0x{joined[exc.start]:02x} at {where}"
+            return "", f"invalid UTF-8 byte 0x{self.body[exc.start]:02x} at {where}"
+
+
+def _as_bytes(raw: bytes | str) -> bytes:
+    """A line as given, as bytes without its terminator."""
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    return data.rstrip(b"\r\n")
 
 
 class _LogClock:
@@ -144,18 +160,20 @@ def _check_identity(cluster: str, node: int) -> None:
 
 
 def iter_request_log(
-    lines: Iterable[bytes | str],
+    lines: Iterable[bytes | str | LongLine],
     *,
     source: str,
     cluster: str,
     node: int,
     tz: str = "UTC",
     stats: RequestLogStats | None = None,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Iterator[Envelope | DeadLetter]:
     """Parse a request log into envelopes and dead letters, in input order.
 
     lines: physical lines, bytes (preferred: bad UTF-8 becomes a dead letter) or
-        str, with or without their line terminators.
+        str, with or without their line terminators, or :class:`LongLine` for
+        lines already cut short; or a binary stream, read in bounded lines.
     source: names the input in ``position`` (``f"{source}:{line}"``, the line
         where the entry starts, 1-based).
     cluster, node: the envelope's cluster and the id of the broker or
@@ -163,30 +181,40 @@ def iter_request_log(
     tz: IANA zone the broker logs its local time in; the log has no offset.
     stats: counters to update (pass one to read them after the generator ends,
         or to accumulate over several files).
+    max_record_bytes: the largest line, and the largest entry JSON, that is
+        read; anything larger is a ``too_large`` dead letter.
 
     Raises ValueError at once (not at the first ``next()``) for a bad
-    cluster, node or tz.
+    cluster, node, tz or limit.
     """
     _check_identity(cluster, node)
+    if max_record_bytes < 1:
+        raise ValueError(f"max_record_bytes must be at least 1, got {max_record_bytes}")
     clock = _LogClock(tz)
     counts = stats if stats is not None else RequestLogStats()
-    return _parse(lines, source, cluster, node, clock, counts)
+    return _parse(
+        bounded_lines(lines, max_record_bytes), source, cluster, node, clock, counts, max_record_bytes
+    )
 
 
 def _parse(
-    lines: Iterable[bytes | str],
+    lines: Iterable[bytes | str | LongLine],
     source: str,
     cluster: str,
     node: int,
     clock: _LogClock,
     counts: RequestLogStats,
+    limit: int,
 ) -> Iterator[Envelope | DeadLetter]:
     seq = 0
     pending: _Pending | None = None
+    # The rest of an entry that was too large: its lines are skipped up to the
+    # entry's end. None when not skipping, else the tail of what was skipped.
+    skipped_tail: str | None = None
 
     def finish(entry: _Pending, ended_by: str) -> Envelope | DeadLetter:
         nonlocal seq
-        counts.record_lines += len(entry.raw_lines)
+        counts.record_lines += entry.lines
         item = _build(entry, ended_by, clock, source, cluster, node, seq)
         if isinstance(item, Envelope):
             counts.records += 1
@@ -195,27 +223,66 @@ def _parse(
             counts.dead_letters += 1
         return item
 
+    def too_large(entry: _Pending, last_line: int) -> DeadLetter:
+        counts.record_lines += entry.lines
+        counts.dead_letters += 1
+        what = f"the request entry of lines {entry.line_number}-{last_line}"
+        reason = f"{too_large_reason(what, limit)}; only its start is kept, the rest is skipped"
+        position = f"{source}:{entry.line_number}"
+        return DeadLetter(position, reason, entry.excerpt, kind=DeadLetterClass.TOO_LARGE)
+
     for number, raw in enumerate(lines, start=1):
         counts.lines += 1
-        text, utf8_error = decode_line(raw)
+        line, long = within_limit(raw, limit)
+        # Bad UTF-8 is judged on the whole entry (see _Pending.text), not per line.
+        text = decode_line(line)[0] if long is None else long.text()
         if number == 1:
             text = text.removeprefix("\ufeff")
         start = _RECORD_START.match(text)
-        if pending is not None and (start is not None or _ENTRY_START.match(text)):
+        entry_starts = start is not None or _ENTRY_START.match(text) is not None
+        if pending is not None and entry_starts:
             yield finish(pending, f"the next log entry starts at line {number}")
             pending = None
-        if pending is not None:
-            pending.add(text, text, raw, utf8_error)
-            if pending.ends_with_logger():
-                yield finish(pending, "")
+        if skipped_tail is not None and not entry_starts:
+            counts.record_lines += 1
+            # An over-long line's end is unknown: keep skipping until the next entry.
+            skipped_tail = "" if long is not None else (skipped_tail + text)[-_TAIL_CHARS:]
+            if skipped_tail.rstrip().endswith(REQUEST_LOGGER_SUFFIX):
+                skipped_tail = None
+            continue
+        skipped_tail = None
+        if long is not None:
+            # Continuing an entry, it makes that entry too large; starting one,
+            # it is that entry, and what follows is its rest; else it stands alone.
+            if pending is not None:
+                yield too_large(pending, number)
                 pending = None
+                counts.record_lines += 1
+                skipped_tail = ""
+                continue
+            counts.record_lines += 1
+            counts.dead_letters += 1
+            yield long.dead_letter(f"{source}:{number}", f"line {number}")
+            skipped_tail = "" if start is not None else None
             continue
-        if start is None:
-            counts.other_logger_lines += 1
-            continue
-        pending = _Pending(number, start.group(1))
-        pending.add(text[start.end() :], text, raw, utf8_error)
-        if pending.ends_with_logger():
+        if pending is None:
+            if start is None:
+                counts.other_logger_lines += 1
+                continue
+            pending = _Pending(number, start.group(1))
+            part = _as_bytes(line)
+            if number == 1:
+                part = part.removeprefix(b"\xef\xbb\xbf")
+            marker = _RECORD_START_BYTES.match(part)
+            pending.add(part[marker.end() :] if marker else part, text[start.end() :], text)
+        else:
+            pending.add(_as_bytes(line), text, text)
+        if len(pending.body) > limit:
+            ended = pending.ends_with_logger()
+            yield too_large(pending, number)
+            pending = None
+            skipped_tail = None if ended else ""
+        elif pending.ends_with_logger():
             yield finish(pending, "")
             pending = None
     if pending is not None:
@@ -237,7 +304,7 @@ def _build(
     what cut the entry off (used in the reason for a truncated entry).
     """
     position = f"{source}:{entry.line_number}"
-    raw = "\n".join(entry.raw_lines)
+    raw = entry.excerpt
     text, utf8_problem = entry.text()
     if utf8_problem:
         return DeadLetter(position, f"not UTF-8: {utf8_problem}", raw, kind=DeadLetterClass.NOT_UTF8)

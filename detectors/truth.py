@@ -6,6 +6,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
+
+from detectors.lines import DEFAULT_MAX_RECORD_BYTES, LongLine, read_lines, too_large_reason
+
 MATCH_FIELDS = ("rule", "status", "cluster", "node", "ts_ms", "topic", "partition")
 
 
@@ -27,3 +31,30 @@ def confusion(alerts: Iterable[dict[str, Any]], truth: Iterable[dict[str, Any]])
         row["fp"] += detected[key] - both
         row["fn"] += injected[key] - both
     return dict(sorted(table.items()))
+
+
+class TruthFileError(ValueError):
+    """A ground-truth file that cannot be used; the message says where and why, in one line."""
+
+
+def load_truth(path: str, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> list[dict[str, Any]]:
+    """The records of a ground-truth JSONL file (``fencewatch simulate --truth``).
+
+    Raises :class:`TruthFileError` naming the first unusable line, OSError if
+    the file cannot be read. Blank lines are skipped."""
+    records: list[dict[str, Any]] = []
+    with open(path, "rb") as f:
+        for number, line in enumerate(read_lines(f, max_record_bytes), start=1):
+            where = f"{path} line {number}"
+            if isinstance(line, LongLine):
+                raise TruthFileError(too_large_reason(where, max_record_bytes, line.size))
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise TruthFileError(f"{where} is not JSON ({exc})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("rule"), str):
+                raise TruthFileError(f"{where} is not a ground-truth record (a JSON object with a 'rule')")
+            records.append(record)
+    return records

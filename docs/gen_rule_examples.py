@@ -74,7 +74,7 @@ class History:
     def run(self) -> list[dict[str, Any]]:
         detector = Detector(now_ms=lambda: NOW_MS)
         for line, raw in enumerate(self.raw, start=1):
-            assert detector.ingest(envelope_from_obj(raw, f"example.jsonl:{line}", line)) is None
+            assert detector.ingest(envelope_from_obj(raw, f"example.jsonl:{line}", line)) == []
         detector.flush()
         return [a.to_dict() for a in detector.drain()]
 

@@ -16,6 +16,7 @@ COMMANDS = {
     "demo": "fencewatch.demo",
     "ship": "fencewatch.ship",
     "receive-webhooks": "fencewatch.receive_webhooks",
+    "webhooks": "fencewatch.webhooks",
 }
 
 

@@ -5,8 +5,12 @@
 
 Envelopes go to stdout, one JSON line per record in input order. Dead letters
 (``{"position", "reason", "raw"}``) go to ``--dead-letter FILE`` or stderr, and
-a summary goes to stderr. Exit codes: 0 done (even with dead letters, which are
-reported), 1 an input or the dead-letter file cannot be opened, 2 usage error.
+a summary goes to stderr. A line or request entry over ``--max-record-bytes``
+is a ``too_large`` dead letter and is skipped in bounded pieces, so memory stays
+flat on any input. Exit codes: 0 done (even with dead letters, which are
+reported), 1 an input or the dead-letter file cannot be used (said before any
+output), 2 usage error, 130 stopped by SIGINT/SIGTERM (the summary says how far
+it got).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from detectors.envelope import DeadLetter, Envelope, dumps
 from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
 from detectors.parse_request_log import RequestLogStats, iter_request_log
+from fencewatch.interrupts import sigterm_as_interrupt
+from fencewatch.options import add_record_limit_option, input_files, output_file
 
 REQUEST_LOG = "request-log"
 METADATA_DUMP = "metadata-dump"
@@ -39,7 +45,7 @@ def add_parser(subparsers: Any) -> None:
             "metadata-dump: output of kafka-dump-log.sh --cluster-metadata-decoder."
         ),
         epilog="Exit codes: 0 done (dead letters are reported, not fatal), "
-        "1 a file cannot be opened, 2 usage error.",
+        "1 a file cannot be used, 2 usage error, 130 stopped by a signal.",
     )
     parser.add_argument("format", choices=(REQUEST_LOG, METADATA_DUMP), help="input format")
     parser.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' is stdin")
@@ -61,6 +67,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="FILE",
         help="write dead letters as JSON lines to FILE (default: stderr)",
     )
+    add_record_limit_option(parser)
     parser.set_defaults(run=run)
 
 
@@ -84,10 +91,13 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.files`` in order; return the exit code."""
+    prog = "fencewatch convert"
     problem = _usage_problem(args)
     if problem:
-        print(f"fencewatch convert: error: {problem}", file=sys.stderr)
+        print(f"{prog}: error: {problem}", file=sys.stderr)
         return 2
+    input_files(prog, args.files)
+    output_file(prog, args.dead_letter, "--dead-letter")
     with ExitStack() as stack:
         # Open everything first so a typo in the last name fails before any output.
         try:
@@ -99,21 +109,27 @@ def run(args: argparse.Namespace) -> int:
             )
         except OSError as exc:
             reason = exc.strerror or exc
-            print(f"fencewatch convert: cannot open {exc.filename}: {reason}", file=sys.stderr)
+            print(f"{prog}: cannot open {exc.filename}: {reason} -- check the path", file=sys.stderr)
             return 1
         stats: RequestLogStats | MetadataDumpStats = (
             RequestLogStats() if args.format == REQUEST_LOG else MetadataDumpStats()
         )
         out = sys.stdout
-        for name, stream in inputs:
-            for item in _parse(args, name, stream, stats):
-                if isinstance(item, Envelope):
-                    out.write(dumps(item.to_dict()) + "\n")
-                else:
-                    dead_sink.write(dumps(item.to_dict()) + "\n")
+        stopped = False
+        try:
+            with sigterm_as_interrupt():
+                for name, stream in inputs:
+                    for item in _parse(args, name, stream, stats):
+                        if isinstance(item, Envelope):
+                            out.write(dumps(item.to_dict()) + "\n")
+                        else:
+                            dead_sink.write(dumps(item.to_dict()) + "\n")
+        except KeyboardInterrupt:
+            stopped = True
         out.flush()
-    print(_summary(args.format, len(inputs), stats), file=sys.stderr)
-    return 0
+    summary = _summary(args.format, len(inputs), stats)
+    print(f"{summary}; stopped by a signal" if stopped else summary, file=sys.stderr)
+    return 130 if stopped else 0
 
 
 def _open_input(name: str, stack: ExitStack) -> IO[bytes]:
@@ -138,8 +154,16 @@ def _parse(
             node=args.node,
             tz=args.tz or "UTC",
             stats=stats,
+            max_record_bytes=args.max_record_bytes,
         )
-    return iter_metadata_dump(stream, source=source, cluster=args.cluster, node=args.node, stats=stats)
+    return iter_metadata_dump(
+        stream,
+        source=source,
+        cluster=args.cluster,
+        node=args.node,
+        stats=stats,
+        max_record_bytes=args.max_record_bytes,
+    )
 
 
 def _summary(fmt: str, files: int, stats: RequestLogStats | MetadataDumpStats) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from detectors.truth import confusion
-from fencewatch.observability import add_observability_options, observability
+from fencewatch.observability import add_observability_options, check_observability_paths, observability
 from fencewatch.report import print_confusion
 from producers.kafka_publisher import KafkaPublisher, TokenBucket
 from producers.simulator import SimConfig, Simulator
@@ -51,6 +51,7 @@ def _line(payload: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_observability_paths(args, "fencewatch demo")
     from streaming.broker import EmbeddedBroker
     from streaming.job import JobOptions, spark_session, start
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from fencewatch.options import input_file, output_file
+
 if TYPE_CHECKING:
     from streaming.metrics import Metrics
     from streaming.webhooks import Dispatcher
@@ -57,6 +59,12 @@ def add_observability_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_observability_paths(args: argparse.Namespace, prog: str) -> None:
+    """The webhook config must be readable and the outbox writable, before the job starts."""
+    input_file(prog, args.webhooks, "--webhooks")
+    output_file(prog, args.webhook_outbox, "--webhook-outbox", with_siblings=True)
+
+
 def outbox_path(args: argparse.Namespace, checkpoint: str) -> str:
     """Where the webhook outbox lives: it must survive restarts like the checkpoint."""
     if args.webhook_outbox:
@@ -79,6 +87,7 @@ def observability(args: argparse.Namespace, checkpoint: str, prog: str) -> Itera
 
     from streaming.metrics import Metrics, serve
     from streaming.webhooks import Dispatcher, WebhookConfigError, load_endpoints
+    from streaming.webhooks.outbox import OutboxError
 
     metrics = Metrics(CollectorRegistry())
     metrics.build.info({"version": version("fencewatch")})
@@ -97,7 +106,10 @@ def observability(args: argparse.Namespace, checkpoint: str, prog: str) -> Itera
             endpoints = load_endpoints(args.webhooks)
         except (WebhookConfigError, OSError) as exc:
             raise SystemExit(f"{prog}: {args.webhooks}: {exc}") from None
-        dispatcher = Dispatcher(endpoints, outbox_path(args, checkpoint), metrics)
+        try:
+            dispatcher = Dispatcher(endpoints, outbox_path(args, checkpoint), metrics)
+        except OutboxError as exc:
+            raise SystemExit(f"{prog}: {exc}") from None
         dispatcher.start()
         names = ", ".join(e.name for e in endpoints)
         print(f"{prog}: delivering alerts to webhooks {names}", file=sys.stderr)

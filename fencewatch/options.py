@@ -1,24 +1,40 @@
 """Command-line options shared by the commands, each with an environment
-variable override shown in ``--help``."""
+variable override shown in ``--help``, and the checks of path-valued options.
+
+Every command checks its paths before it starts any work, so a typo ends in one
+line (``fencewatch <command>: <what> -- <what to do>``) and exit code 1, never
+in a traceback or after a whole run. The checks cannot rule out a file that
+changes afterwards; opening it still reports a failure in one line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
+from dataclasses import dataclass
+from typing import Any, NoReturn
+from urllib.parse import urlparse
 
 from detectors.config import DetectorConfig
+from detectors.lines import DEFAULT_MAX_RECORD_BYTES, MAX_RECORD_BYTES_ENV
+from detectors.truth import TruthFileError, load_truth
 
 _DEFAULTS = DetectorConfig()
 
 
-def env_default(name: str, default: int) -> int:
+def env_default(name: str, default: int, unit: str = "milliseconds", minimum: int | None = None) -> int:
+    """``$name`` as a whole number of ``unit`` if set, else ``default``."""
     raw = os.environ.get(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise SystemExit(f"fencewatch: {name}={raw!r} is not a whole number of milliseconds") from None
+        fail("fencewatch", f"{name}={raw!r} is not a whole number of {unit}", f"fix or unset {name}")
+    if minimum is not None and value < minimum:
+        fail("fencewatch", f"{name}={raw!r} is below {minimum} {unit}", f"fix or unset {name}")
+    return value
 
 
 def add_detector_options(parser: argparse.ArgumentParser) -> None:
@@ -61,3 +77,152 @@ def detector_config(args: argparse.Namespace) -> DetectorConfig:
         )
     except ValueError as exc:
         raise SystemExit(f"fencewatch: {exc}") from None
+
+
+def _record_bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {value}")
+    return value
+
+
+def add_record_limit_option(parser: argparse.ArgumentParser) -> None:
+    """``--max-record-bytes``: the largest line or request entry read; larger ones
+    become ``too_large`` dead letters, and reading holds about this much at most."""
+    parser.add_argument(
+        "--max-record-bytes",
+        type=_record_bytes,
+        default=env_default(MAX_RECORD_BYTES_ENV, DEFAULT_MAX_RECORD_BYTES, "bytes", minimum=1),
+        metavar="BYTES",
+        help="the largest line or request-log entry read; a larger one becomes a too_large dead "
+        f"letter and is skipped without being held in memory (env {MAX_RECORD_BYTES_ENV}; "
+        "default %(default)s)",
+    )
+
+
+# -- path-valued options ----------------------------------------------------------
+
+
+def fail(prog: str, what: str, todo: str) -> NoReturn:
+    """End the command with the one-line message of the project's CLI."""
+    raise SystemExit(f"{prog}: {what} -- {todo}")
+
+
+def _named(path: str, option: str | None) -> str:
+    return f"{option} {path}" if option else path
+
+
+@dataclass(frozen=True)
+class _Unreachable:
+    problem: str
+    todo: str
+
+
+def _stat(path: str) -> os.stat_result | _Unreachable:
+    """The path's status, or what is wrong with reaching it and what to do."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return _Unreachable("no such file or directory", "check the path")
+    except NotADirectoryError:
+        return _Unreachable("a part of the path is a file, not a directory", "check the path")
+    except PermissionError:
+        return _Unreachable(
+            "permission denied on a directory in the path", "choose a path this user can reach"
+        )
+    except OSError as exc:
+        return _Unreachable(exc.strerror or str(exc), "check the path")
+
+
+def input_file(prog: str, path: str | None, option: str | None = None) -> None:
+    """``path`` must be a readable file (``-`` is stdin); None means not given."""
+    if path is None or path == "-":
+        return
+    st = _stat(path)
+    if isinstance(st, _Unreachable):
+        fail(prog, f"cannot open {_named(path, option)}: {st.problem}", st.todo)
+    if stat.S_ISDIR(st.st_mode):
+        fail(prog, f"cannot open {_named(path, option)}: it is a directory", "name a file in it")
+    if not os.access(path, os.R_OK):
+        fail(prog, f"cannot open {_named(path, option)}: permission denied", "make it readable for this user")
+
+
+def input_files(prog: str, paths: list[str]) -> None:
+    """Every input (positional ``FILE...``) must be readable, before any is read."""
+    for path in paths:
+        input_file(prog, path)
+
+
+def output_file(prog: str, path: str | None, option: str, *, with_siblings: bool = False) -> None:
+    """``path`` must be a file this user can write or create (``-`` is stdout);
+    None means not given. Nothing is created.
+
+    with_siblings: its writer also creates files beside it (a new file renamed
+    over it, SQLite's journal), so its directory must be writable even when
+    the file exists."""
+    if path is None or path == "-":
+        return
+    where = f"cannot write {option} {path}"
+    if os.path.lexists(path):
+        st = _stat(path)
+        if isinstance(st, _Unreachable):
+            fail(prog, f"{where}: {st.problem}", st.todo)
+        if stat.S_ISDIR(st.st_mode):
+            fail(prog, f"{where}: it is a directory", "name a file to write, e.g. a file inside it")
+        if not os.access(path, os.W_OK):
+            fail(prog, f"{where}: permission denied", "make it writable or choose another path")
+        if not with_siblings:
+            return
+    _creatable(prog, where, os.path.dirname(os.path.abspath(path)))
+
+
+def _creatable(prog: str, where: str, directory: str) -> None:
+    st = _stat(directory)
+    if isinstance(st, _Unreachable):
+        fail(prog, f"{where}: directory {directory}: {st.problem}", "create it first or choose another path")
+    if not stat.S_ISDIR(st.st_mode):
+        fail(prog, f"{where}: {directory} is not a directory", "choose another path")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        fail(prog, f"{where}: cannot create files in {directory} (permission denied)", "choose another path")
+
+
+def output_dir(prog: str, path: str | None, option: str) -> None:
+    """``path`` must be a directory this user can write, or one it can create
+    (missing parents included). URLs of other file systems (``hdfs://``,
+    ``s3a://``) are left to their client."""
+    if path is None:
+        return
+    url = urlparse(path)
+    if url.scheme not in ("", "file"):
+        return
+    local = url.path if url.scheme else path
+    where = f"cannot use {option} {path}"
+    existing = os.path.abspath(local)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    st = _stat(existing)
+    if isinstance(st, _Unreachable):
+        fail(prog, f"{where}: {st.problem}", st.todo)
+    if not stat.S_ISDIR(st.st_mode):
+        what = "it is a file" if existing == os.path.abspath(local) else f"{existing} is a file"
+        fail(prog, f"{where}: {what}, not a directory", "name a directory (it is created if missing)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        fail(prog, f"{where}: {existing} is not writable (permission denied)", "choose another directory")
+
+
+def truth_records(prog: str, path: str) -> list[dict[str, Any]]:
+    """A simulator's ground truth (``--truth``), read and checked before any work."""
+    input_file(prog, path, "--truth")
+    try:
+        return load_truth(path)
+    except TruthFileError as exc:
+        fail(
+            prog,
+            f"--truth {exc}",
+            "pass the ground truth fencewatch simulate wrote (its --truth, or <output>.truth.jsonl)",
+        )
+    except OSError as exc:
+        fail(prog, f"cannot open --truth {path}: {exc.strerror or exc}", "check the path")

@@ -6,10 +6,11 @@ import argparse
 import os
 import signal
 import sys
+from contextlib import ExitStack
 from typing import Any
 
-from fencewatch.observability import add_observability_options, observability
-from fencewatch.options import add_detector_options, detector_config
+from fencewatch.observability import add_observability_options, check_observability_paths, observability
+from fencewatch.options import add_detector_options, detector_config, output_dir
 from producers.kafka_publisher import SASL_PASSWORD_ENV, parse_config_pairs
 
 
@@ -37,7 +38,8 @@ def add_parser(sub: Any) -> None:
         "--checkpoint",
         required=True,
         metavar="DIR",
-        help="Spark checkpoint directory: offsets and detector state; restart with the same one",
+        help="Spark checkpoint directory: offsets and detector state; restart with the same one. "
+        "One job at a time: a local checkpoint is locked while the job runs",
     )
     p.add_argument(
         "--master",
@@ -100,8 +102,26 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _lock_checkpoint(stack: ExitStack, checkpoint: str) -> None:
+    """Hold the checkpoint's lock until ``stack`` closes; CheckpointInUse if another job has it."""
+    from streaming.checkpoint_lock import CheckpointLock, local_directory
+
+    if local_directory(checkpoint) is None:
+        print(
+            f"fencewatch run: the checkpoint {checkpoint} is not on a local filesystem and cannot be "
+            "locked: make sure no other job uses it",
+            file=sys.stderr,
+        )
+        return
+    stack.enter_context(CheckpointLock(checkpoint))
+
+
 def run(args: argparse.Namespace) -> int:
+    output_dir("fencewatch run", args.checkpoint, "--checkpoint")
+    check_observability_paths(args, "fencewatch run")
+    from streaming.checkpoint_lock import CheckpointInUse
     from streaming.job import JobOptions, spark_session, start
+    from streaming.sinks import CompactedSinkTopic
 
     options = JobOptions(
         bootstrap_servers=args.bootstrap_servers,
@@ -120,15 +140,27 @@ def run(args: argparse.Namespace) -> int:
     # Orchestrators stop services with SIGTERM: treat it as Ctrl-C, so the query
     # stops and the checkpoint stays consistent (an interrupted batch re-runs).
     signal.signal(signal.SIGTERM, _interrupt)
-    with observability(args, args.checkpoint, "fencewatch run") as obs:
+    with ExitStack() as stack:
+        # First of all: a second job must neither run batches nor drain the outbox.
+        try:
+            _lock_checkpoint(stack, args.checkpoint)
+        except CheckpointInUse as exc:
+            print(f"fencewatch run: {exc}", file=sys.stderr)
+            return 1
+        obs = stack.enter_context(observability(args, args.checkpoint, "fencewatch run"))
         spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions)
-        query = start(
-            spark,
-            options,
-            console=None if args.quiet else sys.stdout,
-            metrics=obs.metrics,
-            webhooks=obs.webhooks,
-        )
+        try:
+            query = start(
+                spark,
+                options,
+                console=None if args.quiet else sys.stdout,
+                metrics=obs.metrics,
+                webhooks=obs.webhooks,
+            )
+        except CompactedSinkTopic as exc:
+            spark.stop()
+            print(f"fencewatch run: {exc}", file=sys.stderr)
+            return 1
         print(
             f"fencewatch run: reading {args.topic} on {args.bootstrap_servers}, "
             f"checkpoint {args.checkpoint}; Ctrl-C stops",

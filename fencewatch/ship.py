@@ -25,8 +25,12 @@ A partial last line is left for later (it waits for its newline); with
 ``--once`` the last request entry is shipped only once the log has moved past
 it, so an entry that is still being written is never cut short.
 
-Exit codes: 0 done; 1 a file or the state file cannot be used, or records
-could not be delivered (the state keeps the last confirmed position); 2 usage.
+A line or request entry over ``--max-record-bytes`` becomes a ``too_large``
+dead letter without being held in memory.
+
+Exit codes: 0 done; 1 a file or the state file cannot be used (said in one
+line before anything is shipped), or records could not be delivered (the state
+keeps the last confirmed position); 2 usage.
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ from typing import IO, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from detectors.envelope import DeadLetter, Envelope
+from detectors.lines import DEFAULT_MAX_RECORD_BYTES
 from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
 from detectors.parse_request_log import RequestLogStats, iter_request_log
+from fencewatch.options import add_record_limit_option, input_file, input_files, output_file
 from producers.kafka_publisher import (
     SASL_PASSWORD_ENV,
     DeliveryError,
@@ -230,6 +236,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds between status lines on stderr; 0 for none (default %(default)s)",
     )
+    add_record_limit_option(parser)
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
@@ -278,12 +285,24 @@ def state_path_for(file: str, state_file: str | None) -> str:
     return state_file or file + STATE_SUFFIX
 
 
+def _check_request_log_paths(args: argparse.Namespace, state_path: str, prog: str) -> None:
+    """The followed file (which may appear later, unless --once) and the state
+    file, named by its option even when it is the default, so the way to move
+    it is in the message."""
+    if os.path.lexists(args.file):
+        input_file(prog, args.file)
+    if os.path.lexists(state_path):
+        input_file(prog, state_path, "--state-file")
+    output_file(prog, state_path, "--state-file", with_siblings=True)  # saved by rename (StateFile.save)
+
+
 def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
     state = StateFile(state_path_for(args.file, args.state_file))
+    _check_request_log_paths(args, state.path, prog)
     try:
         start = state.load()
     except StateError as exc:
-        print(f"{prog}: {exc}; move it away to start over", file=sys.stderr)
+        print(f"{prog}: {exc} -- move it away to start over", file=sys.stderr)
         return 1
     followed = os.path.abspath(args.file)
     if start is not None and start.followed != followed:
@@ -294,7 +313,7 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
         )
         return 1
     if args.once and start is None and not os.path.exists(args.file):
-        print(f"{prog}: cannot open {args.file}: No such file or directory", file=sys.stderr)
+        print(f"{prog}: cannot open {args.file}: no such file -- check the path", file=sys.stderr)
         return 1
     if not open_publisher(publisher, prog):
         return 1
@@ -306,6 +325,7 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
         tz=args.tz,
         status_interval_seconds=args.status_interval,
         flush_timeout_seconds=args.flush_timeout,
+        max_record_bytes=args.max_record_bytes,
     )
     follower = FileFollower(
         args.file,
@@ -316,6 +336,7 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
         sleep=publisher.poll,  # serve delivery reports while waiting for data
         on_idle=shipper.on_idle,
         on_notice=_say,
+        max_line_bytes=args.max_record_bytes,
     )
     with _stop_on_signals(follower.stop):
         try:
@@ -371,6 +392,7 @@ class RequestLogShipper:
         flush_timeout_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         status: Callable[[str], None] = _say,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         self.publisher = publisher
         self.state = state
@@ -380,6 +402,7 @@ class RequestLogShipper:
         self.status_interval_seconds = status_interval_seconds
         self.checkpoint_interval_seconds = checkpoint_interval_seconds
         self.flush_timeout_seconds = flush_timeout_seconds
+        self.max_record_bytes = max_record_bytes
         self._clock = clock
         self._status = status
         self._checkpoints: deque[tuple[int, FilePosition]] = deque()
@@ -403,6 +426,7 @@ class RequestLogShipper:
                     node=self.node,
                     tz=self.tz,
                     stats=self._stats,
+                    max_record_bytes=self.max_record_bytes,
                 )
                 for item in items:
                     if isinstance(item, Envelope):
@@ -499,12 +523,16 @@ class RequestLogShipper:
 
 
 def _run_metadata_dump(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
+    input_files(prog, args.files)
     stats = MetadataDumpStats()
     with ExitStack() as stack:
         try:
             inputs = [(name, _open_input(name, stack)) for name in args.files]
         except OSError as exc:
-            print(f"{prog}: cannot open {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"{prog}: cannot open {exc.filename}: {exc.strerror or exc} -- check the path",
+                file=sys.stderr,
+            )
             return 1
         if not open_publisher(publisher, prog):
             return 1
@@ -520,7 +548,12 @@ def _run_metadata_dump(args: argparse.Namespace, publisher: KafkaPublisher, prog
                         "file": source,
                     }
                     items = iter_metadata_dump(
-                        stream, source=source, cluster=args.cluster, node=args.node, stats=stats
+                        stream,
+                        source=source,
+                        cluster=args.cluster,
+                        node=args.node,
+                        stats=stats,
+                        max_record_bytes=args.max_record_bytes,
                     )
                     for item in items:
                         if stopped.is_set():

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from fencewatch.options import env_default
+from fencewatch.options import env_default, output_file
 from fencewatch.ship import add_kafka_options, open_publisher, publisher_from_args
 from producers.kafka_publisher import DeliveryError, TokenBucket
 from producers.simulator import SimConfig, Simulator
@@ -125,7 +125,17 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         raise SystemExit(f"fencewatch simulate: {exc}") from None
 
 
+def truth_path(args: argparse.Namespace) -> str:
+    """``--truth``, else beside the output file, else in the working directory."""
+    if args.truth:
+        return str(args.truth)
+    return f"{args.output}.truth.jsonl" if args.output not in (None, "-") else "fencewatch-truth.jsonl"
+
+
 def run(args: argparse.Namespace) -> int:
+    prog = "fencewatch simulate"
+    output_file(prog, args.output, "--output")
+    output_file(prog, truth_path(args), "--truth")
     try:
         sim = Simulator(config_from(args))
     except ValueError as exc:
@@ -134,7 +144,6 @@ def run(args: argparse.Namespace) -> int:
     if args.bootstrap_servers or args.topic:
         return _publish(args, sim)
     output = args.output or "-"
-    truth_path = args.truth or ("fencewatch-truth.jsonl" if output == "-" else f"{output}.truth.jsonl")
     out = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
     bar = tqdm(
         total=args.events,
@@ -156,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
             out.close()
         else:
             out.flush()
-    _write_truth(sim, truth_path)
-    print(f"simulated {written} events; {_injected(sim)}; truth: {truth_path}", file=sys.stderr)
+    _write_truth(sim, truth_path(args))
+    print(f"simulated {written} events; {_injected(sim)}; truth: {truth_path(args)}", file=sys.stderr)
     return 0
 
 
@@ -189,7 +198,6 @@ def _publish(args: argparse.Namespace, sim: Simulator) -> int:
         return 2
     if not open_publisher(publisher, prog):
         return 1
-    truth_path = args.truth or "fencewatch-truth.jsonl"
     bucket = TokenBucket(args.rate)
     started = last_status = time.monotonic()
     published = 0
@@ -212,11 +220,11 @@ def _publish(args: argparse.Namespace, sim: Simulator) -> int:
     except DeliveryError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         code = 1
-    _write_truth(sim, truth_path)
+    _write_truth(sim, truth_path(args))
     elapsed = time.monotonic() - started
     print(
         f"{prog}: {_progress(publisher, published, elapsed)} to topic {args.topic}; "
-        f"{_injected(sim)}; truth: {truth_path}",
+        f"{_injected(sim)}; truth: {truth_path(args)}",
         file=sys.stderr,
     )
     return code

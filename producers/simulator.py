@@ -88,6 +88,7 @@ class Simulator:
         self.injected: dict[str, int] = {}
         self._actions = list(ACTION_WEIGHTS)
         self._weights = list(ACTION_WEIGHTS.values())
+        self._remote_offset = 0
 
     @property
     def truth(self) -> list[dict[str, Any]]:
@@ -128,7 +129,7 @@ class Simulator:
                 seq += 1
             m.out.clear()
             while pending and pending[0][0] <= t:
-                yield heapq.heappop(pending)[2]
+                yield self._positioned(heapq.heappop(pending)[2])
                 emitted += 1
             if emitted + len(pending) >= limit:
                 break
@@ -144,4 +145,13 @@ class Simulator:
                 continue
             getattr(self.traffic, action)(t)
         while pending:
-            yield heapq.heappop(pending)[2]
+            yield self._positioned(heapq.heappop(pending)[2])
+
+    def _positioned(self, env: dict[str, Any]) -> dict[str, Any]:
+        """Remote log metadata gets its offset in the ``__remote_log_metadata``
+        topic, which records it in the order the brokers wrote it (true time),
+        whatever their clocks say; a shipper following that topic knows it."""
+        if env["kind"] == "remote_log_metadata":
+            env["offset"] = self._remote_offset
+            self._remote_offset += 1
+        return env

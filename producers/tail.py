@@ -21,7 +21,10 @@ interval (two rotations between polls) is not seen.
 
 Only complete lines (ending in ``\\n``) are handed out; a partial last line
 waits for its newline. The one exception is a rotated or truncated file: its
-unterminated last line is final and is handed out as is.
+unterminated last line is final and is handed out as is. A line longer than
+``max_line_bytes`` is not kept: its start is, the rest is dropped as it is
+read, and once it ends it is handed out as a :class:`~detectors.lines.LongLine`,
+so a line that never ends costs no memory beyond the limit.
 
 Each file is one :class:`Segment`: ``segments()`` yields them in reading
 order, and each segment's ``lines()`` yields that file's lines. ``lines()``
@@ -44,6 +47,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from detectors.lines import DEFAULT_MAX_RECORD_BYTES, EXCERPT_BYTES, LongLine, over_limit
 
 # How many leading bytes identify a file's content (to see a copytruncate).
 HEAD_BYTES = 256
@@ -181,6 +186,8 @@ class Segment:
         self._read_offset = start_offset  # file offset just after _buf's end
         self._head = os.pread(fd, HEAD_BYTES, 0)
         self._head_sha = _sha256(self._head)
+        self._long_head: bytes | None = None  # the start of an over-long line being dropped
+        self._dropped = 0  # bytes of that line dropped so far
         self._ends: deque[int] = deque()  # end offsets of handed-out lines, oldest first
         self._ends_base = 0  # lines handed out before _ends[0]
         self._quiet_since: float | None = None
@@ -189,8 +196,9 @@ class Segment:
 
     # -- reading ----------------------------------------------------------
 
-    def lines(self) -> Iterator[bytes]:
-        """This file's complete lines, with their ``\\n``.
+    def lines(self) -> Iterator[bytes | LongLine]:
+        """This file's complete lines, with their ``\\n`` (over-long ones as
+        :class:`~detectors.lines.LongLine`).
 
         Returns when the file is finished (rotated away or truncated), raises
         :class:`StopFollowing` when the follower stops; polls while waiting.
@@ -228,16 +236,39 @@ class Segment:
             f.idle()
             self._waited = True
 
-    def _take_line(self) -> bytes | None:
+    def _take_line(self) -> bytes | LongLine | None:
         buf = self._buf
         idx = buf.find(b"\n", self._scan)
         if idx < 0:
             self._scan = len(buf)
+            # Past the limit by more than a "\r": over-long whatever comes next.
+            if len(buf) - self._pos > self._follower.max_line_bytes + 1:
+                self._drop_unfinished()
             return None
-        line = bytes(buf[self._pos : idx + 1])
+        line = self._line(bytes(buf[self._pos : idx + 1]))
         self._pos = self._scan = idx + 1
         self._ends.append(self._read_offset - len(buf) + idx + 1)
         return line
+
+    def _drop_unfinished(self) -> None:
+        """Forget the unfinished line read so far, keeping its start."""
+        buf = self._buf
+        if self._long_head is None:
+            self._long_head = bytes(buf[self._pos : self._pos + EXCERPT_BYTES])
+        self._dropped += len(buf) - self._pos
+        # Emptied whole, so that the buffer's end stays at _read_offset.
+        del buf[:]
+        self._pos = self._scan = 0
+
+    def _line(self, rest: bytes) -> bytes | LongLine:
+        """A finished line from its bytes still in the buffer: itself, or a
+        LongLine if it is over the limit or its start was dropped."""
+        limit = self._follower.max_line_bytes
+        if self._long_head is None:
+            return over_limit(rest, limit) or rest
+        long = LongLine(self._long_head, limit, self._dropped + len(rest.rstrip(b"\r\n")))
+        self._long_head, self._dropped = None, 0
+        return long
 
     def _read_more(self) -> bool:
         assert self._fd is not None
@@ -259,10 +290,10 @@ class Segment:
         self._quiet_since = None
         return True
 
-    def _final_partial(self) -> Iterator[bytes]:
+    def _final_partial(self) -> Iterator[bytes | LongLine]:
         """The file's unterminated last line, if any: the file is finished, so it is final."""
-        if self._pos < len(self._buf):
-            line = bytes(self._buf[self._pos :])
+        if self._pos < len(self._buf) or self._long_head is not None:
+            line = self._line(bytes(self._buf[self._pos :]))
             self._pos = self._scan = len(self._buf)
             self._ends.append(self._read_offset)
             yield line
@@ -375,6 +406,8 @@ class FileFollower:
         save progress...).
     on_notice: called with a one-line message about rotation, truncation,
         waiting for the file, or a lost resume position.
+    max_line_bytes: the longest line handed out as bytes; a longer one is
+        handed out as a LongLine once it ends, and never held whole.
     """
 
     def __init__(
@@ -390,9 +423,12 @@ class FileFollower:
         sleep: Callable[[float], Any] = time.sleep,
         on_idle: Callable[[], None] | None = None,
         on_notice: Callable[[str], None] | None = None,
+        max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         if poll_interval_seconds <= 0:
             raise ValueError("poll_interval_seconds must be positive")
+        if max_line_bytes < 1:
+            raise ValueError("max_line_bytes must be at least 1")
         self.path = os.path.abspath(path)
         self.start = start
         self.from_beginning = from_beginning
@@ -405,6 +441,7 @@ class FileFollower:
         self._sleep = sleep
         self._on_idle = on_idle
         self._on_notice = on_notice
+        self.max_line_bytes = max_line_bytes
         self.stop_requested = False
 
     def stop(self) -> None:

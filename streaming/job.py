@@ -6,6 +6,8 @@ source (fencewatch-kafka, or Spark's kafka connector)
   -> foreachBatch: webhook outbox, alerts topic + console, dead-letter topic,
      detector snapshots -> Prometheus metrics
 A StreamingQueryListener on the driver turns the query's progress into metrics.
+The job refuses compacted alerts and dead-letter topics, and keeps its publish
+marks with the checkpoint (streaming/delivery_ledger.py).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from typing import TYPE_CHECKING, TextIO
 from prometheus_client import CollectorRegistry
 
 from detectors.config import DetectorConfig
+from streaming.delivery_ledger import DeliveryLedger
 from streaming.kafka_source import read_events
 from streaming.listener import JobListener
 from streaming.metrics import Metrics
 from streaming.processor import DetectorProcessor
 from streaming.schema import OUTPUT_SCHEMA
-from streaming.sinks import Sinks, TopicSink
+from streaming.sinks import Sinks, TopicSink, refuse_compacted_topics
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -98,7 +101,11 @@ def start(
 ) -> StreamingQuery:
     """Start the job; it runs until the returned query is stopped. With
     ``metrics``, the query's progress and the detector's counters feed them;
-    with ``webhooks``, every alert enters its outbox (the caller starts it)."""
+    with ``webhooks``, every alert enters its outbox (the caller starts it).
+    Raises ``CompactedSinkTopic`` if the alerts or dead-letter topic is compacted."""
+    refuse_compacted_topics(
+        options.bootstrap_servers, (options.alerts_topic, options.dead_letter_topic), options.kafka_config
+    )
     # The provider must be set before the first stateful query of the session.
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     # Commit a changelog per batch instead of a new RocksDB snapshot each time:
@@ -136,6 +143,7 @@ def start(
     sinks = Sinks(
         TopicSink(options.bootstrap_servers, options.alerts_topic, options.kafka_config),
         TopicSink(options.bootstrap_servers, options.dead_letter_topic, options.kafka_config),
+        DeliveryLedger(spark, options.checkpoint),
         console=console,
         on_alert=on_alert,
         metrics=metrics,

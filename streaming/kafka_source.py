@@ -17,6 +17,17 @@ record has arrived for ``idleTriggerMs``, this source plans an empty batch by
 counting ``"idle_ticks"`` in the offset, and a second one ``idleTriggerMs``
 later in case the first came a moment before a timer was due. Then it waits
 for records.
+
+Vanished offsets: records can disappear before they are read: retention or
+DeleteRecords moves the log start past them, or the topic is truncated or
+deleted and recreated. A read that meets such a gap yields a *loss row*
+(``lost_offsets`` set: how many offsets, from ``offset`` on) instead of
+skipping it in silence; ``read_events`` turns loss rows into an observed
+metric (``LOST_OFFSETS_METRIC``), which the job's listener logs and counts,
+and drops them. When the planner finds a partition's log ending before the
+position it reached (truncated or recreated), it logs a warning and goes on
+reading from the log start (``startingOffsets`` earliest) or end (latest),
+as a Kafka consumer whose position is out of range does.
 """
 
 from __future__ import annotations
@@ -55,6 +66,12 @@ SOURCE_NAME = "fencewatch-kafka"
 # Kafka record timestamp in epoch milliseconds (not a Spark TIMESTAMP, so the
 # event-time code never depends on the session time zone).
 EVENT_SCHEMA = "key string, value binary, topic string, partition int, offset long, timestamp long"
+# What the Python source yields: the event columns and, on loss rows only,
+# how many offsets vanished from ``offset`` on (null on records).
+SOURCE_SCHEMA = f"{EVENT_SCHEMA}, lost_offsets long"
+# The observed metric read_events reports loss rows under: ``ranges``, a list
+# of (partition, first, offsets) per micro-batch.
+LOST_OFFSETS_METRIC = "fencewatch_source_lost_offsets"
 BUILTIN_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0"
 
 # Partition number (a string: JSON object keys are strings) -> next offset to read;
@@ -135,6 +152,76 @@ def partition_offsets(offsets: Mapping[str, T]) -> dict[str, T]:
     return {p: off for p, off in offsets.items() if p != IDLE_TICKS}
 
 
+def fetch_high_watermarks(
+    consumer: Consumer, topic: str, probe_from: Mapping[int, int], timeout_seconds: float
+) -> dict[int, int]:
+    """The high watermark a Fetch response reports for each partition, fetched
+    from ``probe_from`` (an offset that exists), with ``consumer``; partitions
+    that do not answer within ``timeout_seconds`` are left out (and logged).
+    Where ListOffsets may lag (the embedded broker, ``_log_spans``), this is
+    the true end of the log."""
+    consumer.assign([TopicPartition(topic, p, off) for p, off in probe_from.items()])
+    pending = set(probe_from)
+    deadline = time.monotonic() + timeout_seconds
+    try:
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is None or _event_kind(msg) == "error":
+                continue
+            # A record or an end-of-partition event both mean a Fetch
+            # response for this partition arrived and set the watermark.
+            pending.discard(msg.partition())
+        result = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1]
+            for p in probe_from
+            if p not in pending
+        }
+    finally:
+        consumer.unassign()
+    if pending:
+        log.warning(
+            "partitions %s of %r gave no fetch response within %.1fs; using ListOffsets",
+            sorted(pending),
+            topic,
+            timeout_seconds,
+        )
+    return {p: int(high) for p, high in result.items() if high >= 0}
+
+
+@dataclass(frozen=True)
+class LogSpan:
+    """The offsets one partition's log holds now: ``[start, end)``.
+
+    ``confirmed``: ``end`` came from a fetch response or the log is empty, so
+    it is the true end, not a ListOffsets value that may lag (NOTES.md)."""
+
+    start: int
+    end: int
+    confirmed: bool
+
+
+def plan_ends(
+    position: Offsets, spans: Mapping[str, LogSpan], starting_offsets: str
+) -> tuple[Offsets, Offsets]:
+    """Each partition's end offset for the next batch, and the partitions whose
+    log ends before ``position`` (truncated or recreated: a confirmed end below
+    it) with the offset they go on from: the log start for ``earliest``, the
+    end for ``latest``, as a Kafka consumer's ``auto.offset.reset`` does.
+
+    A partition new since ``position`` is read from offset 0 (Spark's Kafka
+    source does the same); one gone from the metadata keeps its offset."""
+    ends: Offsets = {}
+    resets: Offsets = {}
+    for p, span in spans.items():
+        at = position.get(p, 0)
+        if span.confirmed and span.end < at:
+            resets[p] = span.start if starting_offsets == "earliest" else span.end
+        else:
+            ends[p] = max(at, span.end)
+    ends.update({p: off for p, off in position.items() if p not in spans})
+    return ends, resets
+
+
 @dataclass(frozen=True)
 class OffsetRange(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one Kafka partition."""
@@ -188,8 +275,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # is planned (4.3 asked twice, one trigger apart): "latest" must
         # resolve once, or records produced in between would be skipped.
         self._initial: Offsets | None = None
-        # End offsets frozen by prepareForTriggerAvailableNow; None otherwise.
-        self._target: Offsets | None = None
+        # The logs' spans frozen by prepareForTriggerAvailableNow; None otherwise.
+        self._target: dict[str, LogSpan] | None = None
         self._last_available: Offsets | None = None
         self._warned_missing_topic = False
         # Since when (monotonic) latestOffset has found nothing new, or since the
@@ -206,11 +293,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> Offsets:
         if self._initial is None:
-            watermarks = self._list_watermarks()
-            if self._opts.starting_offsets == "earliest":
-                self._initial = {p: low for p, (low, _) in watermarks.items()}
-            else:
-                self._initial = self._true_ends(watermarks)
+            spans = self._log_spans()
+            earliest = self._opts.starting_offsets == "earliest"
+            self._initial = {p: span.start if earliest else span.end for p, span in spans.items()}
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -218,22 +303,31 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._true_ends(self._list_watermarks())
+        self._target = self._log_spans()
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        available = self._target if self._target is not None else self._true_ends(self._list_watermarks())
-        self._last_available = available
+        spans = self._target if self._target is not None else self._log_spans()
+        self._last_available = {p: span.end for p, span in spans.items()}
         positions = partition_offsets(start)
-        # A partition new since `start` is read from offset 0 (Spark's Kafka
-        # source does the same); one gone from the metadata keeps its offset.
-        end = {p: max(positions.get(p, 0), available.get(p, 0)) for p in available}
-        end.update({p: off for p, off in positions.items() if p not in end})
-        end = {p: end[p] for p in sorted(end, key=int)}
+        end, resets = plan_ends(positions, spans, self._opts.starting_offsets)
         if isinstance(limit, ReadMaxRows):
             end = apportion(positions, end, limit.max_rows)
         elif not isinstance(limit, ReadAllAvailable):
             raise ValueError(f"{SOURCE_NAME} supports only ReadMaxRows limits, not {limit!r}")
-        return self._with_idle_ticks(start, end)
+        for p, reset in resets.items():
+            log.warning(
+                "topic %s partition %s now ends at offset %d, before offset %d which this query had "
+                "read up to: the topic was truncated or deleted and recreated; reading on from offset %d "
+                "(startingOffsets %s)",
+                self._opts.topic,
+                p,
+                spans[p].end,
+                positions[p],
+                reset,
+                self._opts.starting_offsets,
+            )
+        end.update(resets)
+        return self._with_idle_ticks(start, {p: end[p] for p in sorted(end, key=int)})
 
     def _with_idle_ticks(self, start: Offsets, end: Offsets) -> Offsets:
         """``end`` with the tick count of ``start``, one more when the topic
@@ -311,8 +405,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for p in sorted(meta.partitions)
         }
 
-    def _true_ends(self, watermarks: Mapping[str, tuple[int, int]]) -> Offsets:
-        """The offset after the last fetchable record of each partition.
+    def _log_spans(self) -> dict[str, LogSpan]:
+        """Each partition's log start and the offset after its last fetchable record.
 
         Why not just the ListOffsets high watermark: the embedded tansu broker
         reports base offset + 1 of the last record *batch* there (10 records
@@ -326,44 +420,28 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         that does not answer within ``probeTimeoutMs`` keeps the ListOffsets
         value: possibly late, never past the data, so no record is lost.
         """
+        watermarks = self._list_watermarks()
         probe_from = {p: high - 1 for p, (low, high) in watermarks.items() if high > low}
         fetched = self._fetch_high_watermarks(probe_from) if probe_from else {}
-        return {p: max(high, fetched.get(p, high)) for p, (_, high) in watermarks.items()}
+        return {
+            p: LogSpan(low, max(high, fetched.get(p, high)), confirmed=p in fetched or high <= low)
+            for p, (low, high) in watermarks.items()
+        }
 
     def _fetch_high_watermarks(self, probe_from: Mapping[str, int]) -> dict[str, int]:
-        consumer = self._planning_consumer()
-        topic = self._opts.topic
-        consumer.assign([TopicPartition(topic, int(p), off) for p, off in probe_from.items()])
-        pending = {int(p) for p in probe_from}
-        deadline = time.monotonic() + self._opts.probe_timeout_seconds
-        try:
-            while pending and time.monotonic() < deadline:
-                msg = consumer.poll(0.1)
-                if msg is None or _event_kind(msg) == "error":
-                    continue
-                # A record or an end-of-partition event both mean a Fetch
-                # response for this partition arrived and set the watermark.
-                pending.discard(msg.partition())
-            answered = {p for p in probe_from if int(p) not in pending}
-            result = {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, int(p)), cached=True)[1]
-                for p in answered
-            }
-        finally:
-            consumer.unassign()
-        if pending:
-            log.warning(
-                "partitions %s of %r gave no fetch response within %.1fs; using ListOffsets",
-                sorted(pending),
-                topic,
-                self._opts.probe_timeout_seconds,
-            )
-        return {p: high for p, high in result.items() if high >= 0}
+        fetched = fetch_high_watermarks(
+            self._planning_consumer(),
+            self._opts.topic,
+            {int(p): off for p, off in probe_from.items()},
+            self._opts.probe_timeout_seconds,
+        )
+        return {str(p): high for p, high in fetched.items()}
 
     # -- reading (executors) ------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield exactly the records with offsets in ``[start, end)`` as Arrow batches."""
+        """Yield exactly the records with offsets in ``[start, end)`` as Arrow
+        batches, and a loss row for each run of those offsets that vanished."""
         assert isinstance(partition, OffsetRange)
         consumer = Consumer(
             {
@@ -371,8 +449,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 **self._opts.client_config,
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
-                # If `start` was deleted by retention, start at the log start
-                # rather than fail; offsets below `start` are dropped anyway.
+                # If `start` is out of the log (retention, truncation), start at
+                # the log start rather than fail: _read_range reports the gap.
                 "auto.offset.reset": "earliest",
             }
         )
@@ -391,16 +469,77 @@ _ARROW_SCHEMA = pa.schema(
         ("partition", pa.int32()),
         ("offset", pa.int64()),
         ("timestamp", pa.int64()),
+        ("lost_offsets", pa.int64()),
     ]
 )
 
 
+class _Rows:
+    """The rows of one offset range read so far, as Arrow columns."""
+
+    def __init__(self, rng: OffsetRange):
+        self.rng = rng
+        self._clear()
+
+    def _clear(self) -> None:
+        self.keys: list[str | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.lost: list[int | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def record(self, msg: Message, offset: int) -> None:
+        key = msg.key()
+        ts_type, ts_ms = msg.timestamp()
+        self.keys.append(None if key is None else key.decode("utf-8", "replace"))
+        self.values.append(msg.value())
+        self.offsets.append(offset)
+        self.timestamps.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts_ms)
+        self.lost.append(None)
+
+    def loss(self, first: int, end: int) -> None:
+        """Offsets ``[first, end)`` vanished before they were read."""
+        self.keys.append(None)
+        self.values.append(None)
+        self.offsets.append(first)
+        self.timestamps.append(None)
+        self.lost.append(end - first)
+
+    def take(self) -> pa.RecordBatch:
+        n = len(self.offsets)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.string()),
+                pa.array(self.values, pa.binary()),
+                pa.array([self.rng.topic] * n, pa.string()),
+                pa.array([self.rng.partition] * n, pa.int32()),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.timestamps, pa.int64()),
+                pa.array(self.lost, pa.int64()),
+            ],
+            schema=_ARROW_SCHEMA,
+        )
+        self._clear()
+        return batch
+
+
+def _log_start(consumer: Consumer, rng: OffsetRange, timeout_seconds: float) -> int:
+    """The partition's log start offset: from the last fetch response, else asked for."""
+    tp = TopicPartition(rng.topic, rng.partition)
+    low, _ = consumer.get_watermark_offsets(tp, cached=True)
+    if low < 0:
+        low, _ = consumer.get_watermark_offsets(tp, timeout=timeout_seconds, cached=False)
+    return int(low)
+
+
 def _read_range(consumer: Consumer, rng: OffsetRange, timeout_seconds: float) -> Iterator[pa.RecordBatch]:
-    keys: list[str | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    timestamps: list[int | None] = []
+    rows = _Rows(rng)
     next_offset = rng.start
+    # Where the broker last said the log ends, inside the range; None once a record came after.
+    log_end: int | None = None
     last_error: KafkaError | None = None
     deadline = time.monotonic() + timeout_seconds
     while next_offset < rng.end:
@@ -419,52 +558,45 @@ def _read_range(consumer: Consumer, rng: OffsetRange, timeout_seconds: float) ->
                 # markers, compaction): the range is complete.
                 next_offset = rng.end
                 break
-            if kind == "eof" or off < next_offset:
-                # An end of log below `end` is a lagging follower or lost
-                # data: keep polling until the deadline. Offsets below
-                # `next_offset` come back after an offset reset: already read.
+            if kind == "eof":
+                if off < next_offset:
+                    # The log now ends before offsets this range has read: it was
+                    # truncated or recreated (the consumer reset to its start, and
+                    # the records below `next_offset` came back). The rest is gone.
+                    rows.loss(next_offset, rng.end)
+                    next_offset = rng.end
+                    break
+                # An end of log inside the range is a lagging leader or lost
+                # data: keep polling until the deadline.
+                log_end = off
                 continue
-            key = msg.key()
-            ts_type, ts_ms = msg.timestamp()
-            keys.append(None if key is None else key.decode("utf-8", "replace"))
-            values.append(msg.value())
-            offsets.append(off)
-            timestamps.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts_ms)
+            if off < next_offset:
+                continue  # came back after an offset reset: already read
+            if off > next_offset:
+                # A gap: transaction markers and compaction leave some; offsets
+                # below the log start are deleted records.
+                deleted_to = min(off, _log_start(consumer, rng, timeout_seconds))
+                if deleted_to > next_offset:
+                    rows.loss(next_offset, deleted_to)
+            rows.record(msg, off)
             next_offset = off + 1
+            log_end = None
             deadline = time.monotonic() + timeout_seconds
-        if len(offsets) >= _ARROW_BATCH_ROWS:
-            yield _to_batch(rng, keys, values, offsets, timestamps)
-            keys, values, offsets, timestamps = [], [], [], []
+        if len(rows) >= _ARROW_BATCH_ROWS:
+            yield rows.take()
         if next_offset < rng.end and time.monotonic() > deadline:
-            raise TimeoutError(
-                f"{rng.topic}[{rng.partition}]: no record at offset >= {next_offset} within "
-                f"{timeout_seconds:.0f}s although the planned range ends at {rng.end} "
-                f"(last client error: {last_error}); the records were deleted or lost "
-                "(the embedded broker keeps data in memory only) or the broker is unreachable"
-            )
-    if offsets:
-        yield _to_batch(rng, keys, values, offsets, timestamps)
-
-
-def _to_batch(
-    rng: OffsetRange,
-    keys: list[str | None],
-    values: list[bytes | None],
-    offsets: list[int],
-    timestamps: list[int | None],
-) -> pa.RecordBatch:
-    n = len(offsets)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(keys, pa.string()),
-            pa.array(values, pa.binary()),
-            pa.array([rng.topic] * n, pa.string()),
-            pa.array([rng.partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(timestamps, pa.int64()),
-        ],
-        schema=_ARROW_SCHEMA,
-    )
+            if log_end is None:
+                raise TimeoutError(
+                    f"{rng.topic}[{rng.partition}]: no record at offset >= {next_offset} and no end of "
+                    f"the log within {timeout_seconds:.0f}s although the planned range ends at {rng.end} "
+                    f"(last client error: {last_error}); the broker is unreachable, or the log now ends "
+                    "before that offset (the embedded broker answers such a fetch with nothing)"
+                )
+            # The broker has kept saying the log ends inside the range: the rest is gone.
+            rows.loss(log_end, rng.end)
+            next_offset = rng.end
+    if len(rows):
+        yield rows.take()
 
 
 def _event_kind(msg: Message) -> str:
@@ -495,6 +627,9 @@ class KafkaDataSource(DataSource):
     (default 10000) and ``readTimeoutMs`` (default 120000); ``idleTriggerMs``
     (plan an empty micro-batch after this long without records, and once more
     after as long again; default never).
+
+    Rows have ``SOURCE_SCHEMA``: the event columns plus ``lost_offsets``, set
+    only on loss rows (see the module docstring); ``read_events`` drops those.
     """
 
     @classmethod
@@ -502,7 +637,7 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return EVENT_SCHEMA
+        return SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(SourceOptions.parse(self.options))
@@ -518,18 +653,37 @@ def read_events(
 ) -> DataFrame:
     """A streaming DataFrame of ``EVENT_SCHEMA`` rows from one Kafka topic.
 
-    ``options`` are this module's source options. ``use_builtin_kafka`` reads
-    with Spark's Kafka connector instead (``maxEventsPerTrigger`` becomes
-    ``maxOffsetsPerTrigger``, ``maxEventsPerSplit`` ``maxRecordsPerPartition``);
-    it needs the connector jar, else ``BuiltinKafkaUnavailable`` is raised.
+    ``options`` are this module's source options. Offsets that vanished before
+    they were read are reported per micro-batch as the observed metric
+    ``LOST_OFFSETS_METRIC`` (a query's progress carries it to its listeners).
+    ``use_builtin_kafka`` reads with Spark's Kafka connector instead
+    (``maxEventsPerTrigger`` becomes ``maxOffsetsPerTrigger``,
+    ``maxEventsPerSplit`` ``maxRecordsPerPartition``; data loss is then the
+    connector's ``failOnDataLoss``); it needs the connector jar, else
+    ``BuiltinKafkaUnavailable`` is raised.
     """
+    from pyspark.sql import functions as F
+
     SourceOptions.parse(options)  # fail here, not inside a Python worker
     if not use_builtin_kafka:
         register(spark)
-        return spark.readStream.format(SOURCE_NAME).options(**options).load()
+        rows = spark.readStream.format(SOURCE_NAME).options(**options).load()
+        lost = F.col("lost_offsets")
+        # Observed metrics are gathered as the batch runs and reach the driver
+        # with the query's progress: the executors that meet a gap have no
+        # other way to the driver's metrics.
+        reported = rows.observe(
+            LOST_OFFSETS_METRIC,
+            F.collect_list(
+                F.when(
+                    lost.isNotNull(),
+                    F.struct("partition", F.col("offset").alias("first"), lost.alias("offsets")),
+                )
+            ).alias("ranges"),
+        )
+        return reported.where(lost.isNull()).drop("lost_offsets")
 
     from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
 
     renamed = {
         "maxeventspertrigger": "maxOffsetsPerTrigger",

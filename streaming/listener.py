@@ -6,6 +6,9 @@ offsets available (``latestOffset``). Source lag in records is their
 difference. Lag in seconds is estimated the way Kafka lag exporters do it:
 from the history of when each offset became available, how long ago the
 oldest unread record did.
+
+The source's loss rows arrive as an observed metric (``LOST_OFFSETS_METRIC``):
+each range of offsets that vanished before it was read is logged and counted.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from streaming.kafka_source import partition_offsets
+from streaming.kafka_source import LOST_OFFSETS_METRIC, partition_offsets
 from streaming.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -93,6 +96,8 @@ class JobListener(StreamingQueryListener):
         self.clock = clock
         self.lag = LagEstimator()
         self.query_id: Any = None  # Idle and terminated events carry only the id
+        # Exported at 0 from the start, so that increase() sees the first loss.
+        metrics.source_offsets_lost.labels(topic=topic)
 
     def onQueryStarted(self, event: Any) -> None:
         if event.name == self.query_name:
@@ -133,7 +138,12 @@ class JobListener(StreamingQueryListener):
         m.last_batch.set(now)
         m.input_rate.set(_rate(progress.inputRowsPerSecond))
         m.processing_rate.set(_rate(progress.processedRowsPerSecond))
-        m.source_events.labels(topic=self.topic).inc(progress.numInputRows)
+        lost = progress.observedMetrics.get(LOST_OFFSETS_METRIC)
+        lost_ranges = list(lost.ranges) if lost is not None else []
+        # Spark counts the source's loss rows as input rows; they are not records.
+        m.source_events.labels(topic=self.topic).inc(progress.numInputRows - len(lost_ranges))
+        for lost_range in lost_ranges:
+            self._report_lost(lost_range.partition, lost_range.first, lost_range.offsets)
         for source in progress.sources:
             latest = offsets_total(source.latestOffset)
             end = offsets_total(source.endOffset)
@@ -142,6 +152,18 @@ class JobListener(StreamingQueryListener):
             lag_events, lag_seconds = self.lag.observe(now, latest, end)
             m.source_lag_events.labels(topic=self.topic).set(lag_events)
             m.source_lag_seconds.labels(topic=self.topic).set(lag_seconds)
+
+    def _report_lost(self, partition: int, first: int, count: int) -> None:
+        log.warning(
+            "topic %s partition %d: %d offsets [%d, %d) vanished before the job read them (retention, "
+            "truncation, or the topic was deleted and recreated); their records were not judged",
+            self.topic,
+            partition,
+            count,
+            first,
+            first + count,
+        )
+        self.metrics.source_offsets_lost.labels(topic=self.topic).inc(count)
 
 
 def _rate(value: float | None) -> float:

@@ -79,7 +79,7 @@ class DetectorCollector(Collector):
         )
         duplicates = CounterMetricFamily(
             "fencewatch_duplicate_records",
-            "Metadata records seen again (same offset) and skipped",
+            "Records delivered again (the same identity: see detectors.redelivery) and skipped",
             labels=["cluster"],
         )
         open_alerts = GaugeMetricFamily(
@@ -200,6 +200,13 @@ class Metrics:
             ["topic"],
             registry=registry,
         )
+        self.source_offsets_lost = Counter(
+            "fencewatch_source_offsets_lost",
+            "Offsets of the event topic that vanished before the job read them (retention, truncation, "
+            "a recreated topic)",
+            ["topic"],
+            registry=registry,
+        )
 
         # ---- sinks ----
         self.sink_records = Counter(
@@ -218,13 +225,20 @@ class Metrics:
         )
         self.webhook_failures = Counter(
             "fencewatch_webhook_failures",
-            "Failed delivery attempts, by reason (timeout, connection, http_4xx, http_5xx)",
+            "Failed delivery attempts, by reason (timeout, connection, http_3xx, http_4xx, http_5xx)",
             ["endpoint", "reason"],
             registry=registry,
         )
-        self.webhook_dropped = Counter(
-            "fencewatch_webhook_dropped",
-            "Alerts given up on (older than the endpoint's max age, or rejected as permanently invalid)",
+        self.webhook_parkings = Counter(
+            "fencewatch_webhook_parkings",
+            "Alerts parked (given up on until an operator resends them), by reason (rejected, redirect, "
+            "unrenderable, retries_exhausted, max_age)",
+            ["endpoint", "reason"],
+            registry=registry,
+        )
+        self.webhook_parked = Gauge(
+            "fencewatch_webhook_parked",
+            "Alerts parked in the outbox for an endpoint, waiting for `fencewatch webhooks resend`",
             ["endpoint"],
             registry=registry,
         )

@@ -116,16 +116,15 @@ class DetectorProcessor(StatefulProcessor):
                 detector.dead_letter(item)
                 out.append(dead_letter_row(cluster, item, partition, offset))
                 continue
-            letter = detector.ingest(item)
-            if letter is not None:
-                out.append(
-                    dead_letter_row(
-                        cluster,
-                        dataclasses.replace(letter, raw=_text(value)),
-                        partition,
-                        offset,
+            for letter in detector.ingest(item):
+                if letter.position == position:
+                    out.append(
+                        dead_letter_row(
+                            cluster, dataclasses.replace(letter, raw=_text(value)), partition, offset
+                        )
                     )
-                )
+                else:  # a held record released now: its letter names its own position
+                    out.append(dead_letter_row(cluster, letter, None, None))
             out.extend(alert_row(a) for a in detector.drain())
         version = self._save(cluster, version, detector)
         self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs())
@@ -137,8 +136,8 @@ class DetectorProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         cluster = key[0]
         version, detector = self._load(cluster)
-        detector.flush()
-        rows = [alert_row(a) for a in detector.drain()]
+        rows = [dead_letter_row(cluster, letter, None, None) for letter in detector.flush()]
+        rows.extend(alert_row(a) for a in detector.drain())
         version = self._save(cluster, version, detector)
         rows.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)

@@ -53,7 +53,11 @@ def stats_row(cluster: str, snapshot: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def dead_letter_row(cluster: str, letter: DeadLetter, partition: int, offset: int) -> dict[str, Any]:
+def dead_letter_row(
+    cluster: str, letter: DeadLetter, partition: int | None, offset: int | None
+) -> dict[str, Any]:
+    """``partition``/``offset``: where the record was read, None for a record
+    the detector held and released later (its letter's position names it)."""
     record = {
         **letter.to_dict(),
         "cluster": cluster or None,

@@ -3,87 +3,234 @@ cluster), the dead-letter topic, the console, the webhook outbox, and the
 metrics (detector snapshots).
 
 Spark re-runs a micro-batch after a crash; its rows are the same (same input,
-same state, deterministic alert ids). Each sink remembers the ids it has
-already delivered, reading them back from its topic when the job starts, and
-skips them, so downstream sees every alert exactly once. The webhook outbox
-is keyed by alert id, so enqueueing a re-run batch's alerts again adds nothing.
+same state, deterministic alert ids). So when the job starts, each topic sink
+reads back the ``fencewatch-id`` headers that the re-run batch may already have
+published, from the offsets its publish mark recorded (``delivery_ledger``) to
+the topic's end, and skips those ids: downstream sees every alert exactly
+once. The webhook outbox is keyed by alert id, so enqueueing a re-run batch's
+alerts again adds nothing.
+
+Records are keyed by cluster, so one cluster's alerts keep their order in one
+partition. A compacted topic would then keep only each cluster's newest alert:
+the job refuses to start on one (:func:`refuse_compacted_topics`).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from streaming.delivery_ledger import DeliveryLedger, PublishMark
+from streaming.kafka_source import fetch_high_watermarks
 from streaming.schema import ALERT, DEAD_LETTER, STATS
 
 if TYPE_CHECKING:
     from streaming.metrics import Metrics
     from streaming.webhooks import Dispatcher
 
+log = logging.getLogger(__name__)
+
 ID_HEADER = "fencewatch-id"
+BATCH_HEADER = "fencewatch-batch"
+BROKER_TIMEOUT_S = 30.0
 
 
 class DeliveryFailed(RuntimeError):
     """Raised from foreachBatch so Spark fails the batch rather than commit it."""
 
 
-def delivered_ids(
-    bootstrap_servers: str, topic: str, kafka_config: Mapping[str, str], timeout_s: float = 30.0
-) -> set[str]:
-    """Every ``fencewatch-id`` header already in ``topic``, read to its end."""
-    consumer = Consumer(
-        {
-            **kafka_config,
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "fencewatch-sink-recovery",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
+class CompactedSinkTopic(ValueError):
+    """The alerts or dead-letter topic is compacted, which would drop history."""
+
+
+def refuse_compacted_topics(
+    bootstrap_servers: str, topics: Iterable[str], kafka_config: Mapping[str, str]
+) -> None:
+    """Raise :class:`CompactedSinkTopic` if one of ``topics`` has a ``cleanup.policy``
+    with ``compact``. A topic that does not exist yet is created by the first
+    publish with the broker's default policy and checked at the next start."""
+    admin = AdminClient({**kafka_config, "bootstrap.servers": bootstrap_servers})
+    futures = admin.describe_configs(
+        [ConfigResource(ResourceType.TOPIC, topic) for topic in dict.fromkeys(topics)],
+        request_timeout=BROKER_TIMEOUT_S,
     )
-    try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            return set()
-        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-        # End-of-partition events come from fetch responses, whose high watermark is
-        # right even where ListOffsets is not (the embedded broker, NOTES.md).
-        remaining = set(meta.partitions)
-        ids: set[str] = set()
-        while remaining:
-            msg = consumer.poll(timeout_s)
-            if msg is None:
-                raise DeliveryFailed(f"timed out reading {topic} back to recover delivered ids")
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    remaining.discard(msg.partition())
-                    continue
-                raise DeliveryFailed(f"reading {topic}: {error}")
-            headers: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
-            ids.update(v.decode() for k, v in headers if k == ID_HEADER and v is not None)
-        return ids
-    finally:
-        consumer.close()
+    for resource, future in futures.items():
+        try:
+            config = future.result(BROKER_TIMEOUT_S)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                log.warning(
+                    "cannot read the cleanup.policy of topic %r (%s): make sure it is not compacted",
+                    resource.name,
+                    exc.args[0].str(),
+                )
+            continue
+        policy = config.get("cleanup.policy")
+        if policy is not None and "compact" in str(policy.value).split(","):
+            raise CompactedSinkTopic(
+                f"topic {resource.name} has cleanup.policy={policy.value}, but fencewatch keys alerts and "
+                "dead letters by cluster, so compaction would keep only each cluster's newest one -- set "
+                f"cleanup.policy=delete (kafka-configs.sh --alter --entity-type topics --entity-name "
+                f"{resource.name} --add-config cleanup.policy=delete) or choose another topic"
+            )
 
 
 class TopicSink:
-    """Publishes rows of one record type to a topic, once per id."""
+    """Publishes rows of one record type to a topic, once per id. ``timeout_s``
+    bounds each wait for the broker."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, kafka_config: Mapping[str, str]):
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        kafka_config: Mapping[str, str],
+        timeout_s: float = BROKER_TIMEOUT_S,
+    ):
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.kafka_config = dict(kafka_config)
-        self._delivered: set[str] | None = None
+        self.timeout_s = timeout_s
+        self._delivered: set[str] = set()
         self._producer: Producer | None = None
+        self._reader: Consumer | None = None
 
-    def publish(self, rows: Iterable[Any], batch_id: int) -> list[Any]:
-        """Deliver the rows not delivered before; returns those it delivered."""
-        if self._delivered is None:
-            self._delivered = delivered_ids(self.bootstrap_servers, self.topic, self.kafka_config)
+    def _consumer(self) -> Consumer:
+        if self._reader is None:
+            self._reader = Consumer(
+                {
+                    **self.kafka_config,
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "group.id": "fencewatch-sink-recovery",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    # A start past the end (the topic was recreated) reads the new log whole.
+                    "auto.offset.reset": "earliest",
+                }
+            )
+        return self._reader
+
+    def _partitions(self) -> list[int]:
+        """The topic's partitions; [] while it does not exist."""
+        try:
+            meta = self._consumer().list_topics(self.topic, timeout=self.timeout_s).topics.get(self.topic)
+        except KafkaException as exc:
+            raise DeliveryFailed(
+                f"cannot read the metadata of topic {self.topic}: {exc.args[0].str()}; check that "
+                "--bootstrap-servers is reachable and the job may Describe and Read the topic"
+            ) from None
+        if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            return []
+        if meta.error is not None:
+            raise DeliveryFailed(
+                f"cannot read topic {self.topic}: {meta.error.str()}; check that the job may Describe and "
+                "Read it"
+            )
+        return sorted(meta.partitions)
+
+    def _log_spans(self) -> dict[int, tuple[int, int]]:
+        """Each partition's (log start, offset after its last record) now.
+
+        The embedded broker's ListOffsets reports an end below the last record
+        after multi-record batches (NOTES.md), so the end is taken from a Fetch
+        response where one answers, as the source does."""
+        consumer = self._consumer()
+        watermarks: dict[int, tuple[int, int]] = {}
+        for partition in self._partitions():
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, partition), timeout=self.timeout_s, cached=False
+                )
+            except KafkaException as exc:
+                raise DeliveryFailed(
+                    f"cannot list the offsets of {self.topic}[{partition}]: {exc.args[0].str()}; check "
+                    "that the broker is reachable and the job may Describe the topic"
+                ) from None
+            watermarks[partition] = (int(low), int(high))
+        probe_from = {p: high - 1 for p, (low, high) in watermarks.items() if high > low}
+        fetched = (
+            fetch_high_watermarks(consumer, self.topic, probe_from, self.timeout_s) if probe_from else {}
+        )
+        return {p: (low, max(high, fetched.get(p, high))) for p, (low, high) in watermarks.items()}
+
+    def end_offsets(self) -> dict[int, int]:
+        """Each partition's end offset now: where a publish mark says this sink stood."""
+        return {p: end for p, (_, end) in self._log_spans().items()}
+
+    def recover(self, mark: Mapping[int, int]) -> None:
+        """Remember the ids already in the topic from ``mark`` (partition -> offset;
+        the log start for a partition it lacks) to its end, so that a re-run
+        batch skips them."""
+        starts: dict[int, int] = {}
+        for partition, (low, end) in self._log_spans().items():
+            start = mark.get(partition)
+            if start is not None and start < low:
+                log.warning(
+                    "%s[%d]: records from offset %d to %d were deleted before the job restarted; alerts a "
+                    "re-run batch published among them may be published again",
+                    self.topic,
+                    partition,
+                    start,
+                    low,
+                )
+            # Outside the log (deleted by retention, or the topic was recreated or
+            # truncated since the mark): read what the log holds now.
+            starts[partition] = start if start is not None and low <= start <= end else OFFSET_BEGINNING
+        ids = self._read_ids(starts)
+        log.info(
+            "read back %d delivered ids from topic %s, from offsets %s (-2: the log start) to the end",
+            len(ids),
+            self.topic,
+            starts,
+        )
+        self._delivered.update(ids)
+
+    def _read_ids(self, starts: Mapping[int, int]) -> set[str]:
+        if not starts:
+            return set()
+        consumer = self._consumer()
+        consumer.assign([TopicPartition(self.topic, p, off) for p, off in starts.items()])
+        # End-of-partition events come from fetch responses, whose high watermark is
+        # right even where ListOffsets is not (the embedded broker, NOTES.md).
+        remaining = set(starts)
+        ids: set[str] = set()
+        try:
+            while remaining:
+                msg = consumer.poll(self.timeout_s)
+                if msg is None:
+                    raise DeliveryFailed(
+                        f"timed out after {self.timeout_s:.0f}s reading topic {self.topic} back from "
+                        f"offsets {dict(starts)} (-2: the log start) to find what a re-run batch already "
+                        "published; check that the broker is reachable and the job may Read the topic"
+                    )
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        remaining.discard(msg.partition())
+                        continue
+                    raise DeliveryFailed(
+                        f"reading topic {self.topic} back failed: {error.str()}; check that the job may "
+                        "Read the topic"
+                    )
+                headers: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
+                ids.update(v.decode() for k, v in headers if k == ID_HEADER and v is not None)
+        finally:
+            consumer.unassign()
+        return ids
+
+    def undelivered(self, rows: Iterable[Any]) -> list[Any]:
+        """The rows whose ids this sink has not delivered."""
+        return [row for row in rows if row.id not in self._delivered]
+
+    def publish(self, rows: list[Any], batch_id: int) -> None:
+        """Deliver ``rows`` (see :meth:`undelivered`); raise DeliveryFailed unless all arrived."""
+        if not rows:
+            return
         if self._producer is None:
             self._producer = Producer(
                 {
@@ -94,34 +241,32 @@ class TopicSink:
                 }
             )
         errors: list[str] = []
-        sent: list[Any] = []
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
                 errors.append(str(err))
 
         for row in rows:
-            if row.id in self._delivered:
-                continue
             self._producer.produce(
                 self.topic,
                 key=row.cluster.encode(),
                 value=row.payload.encode(),
-                headers=[(ID_HEADER, row.id.encode()), ("fencewatch-batch", str(batch_id).encode())],
+                headers=[(ID_HEADER, row.id.encode()), (BATCH_HEADER, str(batch_id).encode())],
                 on_delivery=on_delivery,
             )
             self._producer.poll(0)
-            sent.append(row)
-        left = self._producer.flush(30)
+        left = self._producer.flush(self.timeout_s)
         if errors or left:
             raise DeliveryFailed(f"{len(errors) + left} records to {self.topic} not delivered: {errors[:3]}")
-        self._delivered.update(row.id for row in sent)
-        return sent
+        self._delivered.update(row.id for row in rows)
 
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 class Sinks:
@@ -133,6 +278,7 @@ class Sinks:
         self,
         alerts: TopicSink,
         dead_letters: TopicSink,
+        ledger: DeliveryLedger,
         console: TextIO | None = sys.stdout,
         on_alert: Callable[[str], None] | None = None,
         metrics: Metrics | None = None,
@@ -140,10 +286,28 @@ class Sinks:
     ):
         self.alerts = alerts
         self.dead_letters = dead_letters
+        self.ledger = ledger
         self.console = console
         self.on_alert = on_alert
         self.metrics = metrics
         self.webhooks = webhooks
+        self._recovered = False
+
+    def _recover(self, first_batch: int) -> None:
+        """Read back what ``first_batch`` may have published before a crash."""
+        mark = self.ledger.newest(first_batch)
+        if mark is None:
+            log.info(
+                "no publish mark in %s up to batch %d: reading %s and %s from their start",
+                self.ledger.location,
+                first_batch,
+                self.alerts.topic,
+                self.dead_letters.topic,
+            )
+        for sink in (self.alerts, self.dead_letters):
+            # A topic or partition the mark lacks did not exist then: all of it is newer.
+            sink.recover({} if mark is None else mark.ends.get(sink.topic, {}))
+        self._recovered = True
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         rows = batch.collect()  # alerts, dead letters and one snapshot per cluster: few
@@ -153,8 +317,15 @@ class Sinks:
             # Into the durable outbox before the topic: a crash in between re-runs
             # the batch, and the outbox ignores ids it holds already.
             self.webhooks.enqueue(orjson.loads(r.payload) for r in alerts)
-        new_alerts = self.alerts.publish(alerts, batch_id)
-        new_letters = self.dead_letters.publish(letters, batch_id)
+        if not self._recovered:
+            self._recover(batch_id)
+        new_alerts = self.alerts.undelivered(alerts)
+        new_letters = self.dead_letters.undelivered(letters)
+        if new_alerts or new_letters:
+            sinks = (self.alerts, self.dead_letters)
+            self.ledger.record(PublishMark(batch_id, {s.topic: s.end_offsets() for s in sinks}))
+        self.alerts.publish(new_alerts, batch_id)
+        self.dead_letters.publish(new_letters, batch_id)
         if self.metrics is not None:
             self.metrics.sink_records.labels(sink="alerts_topic").inc(len(new_alerts))
             self.metrics.sink_records.labels(sink="dead_letter_topic").inc(len(new_letters))

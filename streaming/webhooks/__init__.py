@@ -9,9 +9,11 @@ outbox, and a dispatcher that delivers each alert to each endpoint once.
     dispatcher.stop()
 
 Modules: ``config`` (endpoints and their validation), ``payloads`` (the three
-formats), ``signing`` (HMAC headers), ``pacing`` (backoff, token bucket),
-``outbox`` (SQLite), ``dispatcher`` (delivery), ``receiver`` (a receiver for
-tests and docker-compose).
+formats), ``signing`` (HMAC headers), ``pacing`` (backoff, Retry-After, token
+bucket, circuit breaker), ``transport`` (a POST under a whole-request
+deadline), ``outbox`` (SQLite; parked rows), ``dispatcher`` (delivery and its
+retry policy), ``receiver`` (a receiver for tests and docker-compose) on
+``http_server`` (connection, body-size and time limits).
 """
 
 from __future__ import annotations

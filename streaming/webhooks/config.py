@@ -11,10 +11,11 @@ One ``[[endpoint]]`` table per endpoint::
     clusters = []                    # cluster names; empty: all
     rate_per_second = 5.0            # token bucket: sustained deliveries per second ...
     burst = 10                       # ... and how many may go at once after a quiet spell
-    timeout_seconds = 5.0            # per request
-    max_age_seconds = 86400          # an alert still undelivered this long after it was queued is dropped
+    timeout_seconds = 5.0            # the whole request: connect, send, and the complete answer
+    max_age_seconds = 86400          # an alert still undelivered this long after it was queued is parked
+    max_attempts = 12                # an alert whose own attempts failed this often (e.g. 500s) is parked
     backoff_base_seconds = 1.0       # retry n waits a random 0..min(cap, base * 2**(n-1)) seconds
-    backoff_cap_seconds = 300.0
+    backoff_cap_seconds = 300.0      # also the longest a server's Retry-After holds an endpoint back
     secret_env = "ONCALL_WEBHOOK_SECRET"   # or secret_file = "..."; optional: HMAC-SHA256 signing
     external_url = ""                # optional; alertmanager format only: its externalURL field
 
@@ -58,9 +59,11 @@ NUMBER_DEFAULTS: dict[str, float] = {
     "backoff_base_seconds": 1.0,
     "backoff_cap_seconds": 300.0,
 }
+# key -> default, for the optional whole-number keys.
+COUNT_DEFAULTS: dict[str, int] = {"max_attempts": 12}
 LIST_KEYS = ("rules", "severities", "clusters")
 SOURCED_KEYS = ("url", "url_env", "url_file", "secret_env", "secret_file")
-KNOWN_KEYS = ("name", "format", "external_url", *SOURCED_KEYS, *LIST_KEYS, *NUMBER_DEFAULTS)
+KNOWN_KEYS = ("name", "format", "external_url", *SOURCED_KEYS, *LIST_KEYS, *NUMBER_DEFAULTS, *COUNT_DEFAULTS)
 
 
 class WebhookConfigError(ValueError):
@@ -85,6 +88,7 @@ class Endpoint:
     burst: float = NUMBER_DEFAULTS["burst"]
     timeout_seconds: float = NUMBER_DEFAULTS["timeout_seconds"]
     max_age_seconds: float = NUMBER_DEFAULTS["max_age_seconds"]
+    max_attempts: int = COUNT_DEFAULTS["max_attempts"]
     backoff_base_seconds: float = NUMBER_DEFAULTS["backoff_base_seconds"]
     backoff_cap_seconds: float = NUMBER_DEFAULTS["backoff_cap_seconds"]
     secret: bytes | None = field(default=None, repr=False)
@@ -202,6 +206,7 @@ def _endpoint(table: dict[str, Any], index: int, where: str, base: Path, env: Ma
         clusters=lists["clusters"],
         secret=secret.encode() if secret is not None else None,
         external_url=external_url,
+        max_attempts=_count(table, "max_attempts", ctx),
         **numbers,
     )
 
@@ -263,3 +268,10 @@ def _number(table: Mapping[str, Any], key: str, ctx: str) -> float:
     ):
         raise WebhookConfigError(f"{ctx}: {key} must be a positive number, got {value!r}")
     return float(value)
+
+
+def _count(table: Mapping[str, Any], key: str, ctx: str) -> int:
+    value = table.get(key, COUNT_DEFAULTS[key])
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WebhookConfigError(f"{ctx}: {key} must be a whole number of at least 1, got {value!r}")
+    return value

@@ -7,17 +7,44 @@ or dead endpoint never holds up the stream. Delivery happens in background
 threads, one per endpoint so that one endpoint timing out never delays
 another, or in :meth:`Dispatcher.deliver_due` called directly (tests).
 
-Per endpoint, due rows go out oldest first, paced by a token bucket. A
-retryable failure (timeout, connection error, 401, 403, 408, 429, 5xx) reschedules the
-row with exponential backoff and full jitter (or the server's Retry-After on
-429/503) and pauses the endpoint until then: when an endpoint is down, one
-probe per backoff interval, not its whole backlog each time. Any other 4xx
-(and a 3xx: redirects are not followed) drops the row for good, as does
-reaching the endpoint's ``max_age_seconds`` undelivered.
+The retry policy: each alert is judged on its own, and only what is about the
+endpoint holds the endpoint back.
 
-A row is marked delivered only after the endpoint answered 2xx; if the job
-dies between the answer and the mark, the row is sent again after the
-restart with the same ``X-Fencewatch-Alert-Id``.
+- Per endpoint, due rows go out paced by a token bucket, rows with the fewest
+  failures of their own first, then oldest first.
+- A 2xx marks the row delivered.
+- An answer about this one alert that may pass later (500 and other 5xx but
+  502/503/504) reschedules that row alone, with exponential backoff and full
+  jitter; the rows behind it go out in the same pass. After ``max_attempts``
+  such failures the row is parked (``retries_exhausted``).
+- A failure about the endpoint (connection error, timeout of the whole
+  request, 401/403 -- a wrong secret is a configuration fault an operator
+  fixes -- 408, 429, and a gateway's 502/503/504) reschedules the row and
+  holds the whole endpoint back for that row's backoff, or for the server's
+  Retry-After on 429/503, capped at ``backoff_cap_seconds``. So an endpoint
+  that is down gets one probe per backoff interval, not its backlog. These
+  failures never count toward ``max_attempts``: an outage parks nothing before
+  ``max_age_seconds``.
+- A circuit breaker (``streaming.webhooks.pacing.Circuit``) covers endpoints
+  that answer everything with 500s, or reject everything: when
+  ``CIRCUIT_ROWS`` different alerts fail in a row with no delivery between
+  them, the endpoint is held back for a backoff that doubles each time, and
+  then probed with one row until a delivery succeeds.
+- A 3xx (redirects are not followed: a signed alert is never re-sent to
+  another host; the reason names the Location), any other 4xx (this request
+  will never be accepted), or an alert that cannot be rendered parks the row
+  at once. So does ``max_age_seconds`` undelivered.
+
+Parked rows keep their last answer (status, a body excerpt, the error), are
+counted (``fencewatch_webhook_parked``, ``fencewatch_webhook_parkings_total``)
+and stay in the outbox until ``fencewatch webhooks resend`` makes them pending
+again; this dispatcher then delivers them like new ones.
+
+``timeout_seconds`` bounds the whole request, connect to the last byte of the
+answer (``streaming.webhooks.transport``). A row is marked delivered only
+after the endpoint answered 2xx; if the job dies between the answer and the
+mark, the row is sent again after the restart with the same
+``X-Fencewatch-Alert-Id``.
 
 URLs and secrets never reach the logs: endpoints are named by ``name``, error
 texts are scrubbed of the URL, and httpx's own request log lines are redacted.
@@ -25,7 +52,6 @@ texts are scrubbed of the URL, and httpx's own request log lines are redacted.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import math
 import os
@@ -34,7 +60,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC
 from typing import Any
 
 import httpx
@@ -42,38 +67,66 @@ import orjson
 
 from streaming.metrics import Metrics
 from streaming.webhooks.config import Endpoint
-from streaming.webhooks.outbox import DELIVERED, DROPPED, Entry, Outbox
-from streaming.webhooks.pacing import TokenBucket, backoff_seconds
+from streaming.webhooks.outbox import (
+    MAX_AGE,
+    PARK_REASONS,
+    REDIRECT,
+    REJECTED,
+    RETRIES_EXHAUSTED,
+    UNRENDERABLE,
+    Answer,
+    Entry,
+    Outbox,
+)
+from streaming.webhooks.pacing import Circuit, TokenBucket, backoff_seconds, retry_after_seconds
 from streaming.webhooks.payloads import render
 from streaming.webhooks.signing import ALERT_ID_HEADER, sign
+from streaming.webhooks.transport import DeadlinePoster, PostFailed, Reply
 
 log = logging.getLogger(__name__)
 
 RETENTION_SECONDS = 7 * 86400.0
 # Rows taken from the outbox per pass; a larger backlog takes several passes.
 BATCH_ROWS = 100
-# The longest a delivery thread sleeps: gauges (oldest pending age) stay this fresh.
+# The longest a delivery thread sleeps: gauges (oldest pending age) stay this
+# fresh, and rows resent by `fencewatch webhooks resend` go out within it.
 IDLE_POLL_SECONDS = 1.0
 PRUNE_INTERVAL_SECONDS = 3600.0
 USER_AGENT = "fencewatch-webhooks/1"
-# 401/403 are retried: a wrong or rotated secret is a configuration fault an
-# operator fixes, and the alerts should wait for that (up to max age), not vanish.
-RETRY_STATUSES = frozenset({401, 403, 408, 429})
+# Different alerts failing in a row, no delivery between, that open the circuit.
+CIRCUIT_ROWS = 3
+# Statuses about the endpoint rather than the alert: they hold the endpoint back.
+ENDPOINT_STATUSES = frozenset({401, 403, 408, 429, 502, 503, 504})
 RETRY_AFTER_STATUSES = frozenset({429, 503})
+# How much of an answer's body a parked row keeps, and a log line shows.
+BODY_EXCERPT_CHARS = 500
+LOGGED_BODY_CHARS = 200
+LOCATION_CHARS = 300
+
+NO_ANSWER = Answer("")
+
+DELIVERED = "delivered"
+PARK = "park"
+RETRY_ROW = "retry_row"
+HOLD_ENDPOINT = "hold_endpoint"
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What one delivery attempt came to.
 
-    ``kind``: delivered | retry | drop. ``reason``: the failure metric's label
-    (timeout, connection, http_4xx, http_5xx), None when there is none.
-    ``retry_after_seconds``: the server's Retry-After, when it sent one.
+    ``kind``: delivered | park | retry_row (this alert failed; it backs off
+    alone) | hold_endpoint (the endpoint failed; it is held back).
+    ``reason``: the failure metric's label (timeout, connection, http_3xx,
+    http_4xx, http_5xx), None when no request failed. ``park_reason``: why a
+    ``park`` outcome parks. ``retry_after_seconds``: the server's Retry-After,
+    already capped, when it sent one.
     """
 
     kind: str
     reason: str | None = None
-    detail: str = ""
+    answer: Answer = NO_ANSWER
+    park_reason: str = ""
     retry_after_seconds: float | None = None
 
 
@@ -81,10 +134,10 @@ class Dispatcher:
     """Webhook delivery for the job's driver: ``enqueue`` alerts, ``start`` the threads, ``stop``.
 
     ``clock`` gives Unix seconds (it stamps the outbox, so it must be a wall
-    clock); ``rng`` draws the backoff jitter; ``http_client`` is used instead
-    of a new ``httpx.Client`` (the caller then closes it). Nothing here sleeps
-    on ``clock``: waits are computed from it, so a fake clock drives every
-    timing decision in tests. After :meth:`stop` the dispatcher is closed.
+    clock); ``rng`` draws the backoff jitter. Nothing here sleeps on
+    ``clock``: waits are computed from it, so a fake clock drives every timing
+    decision in tests (request deadlines are real time). After :meth:`stop`
+    the dispatcher is closed.
     """
 
     def __init__(
@@ -95,7 +148,6 @@ class Dispatcher:
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
-        http_client: httpx.Client | None = None,
         retention_seconds: float = RETENTION_SECONDS,
     ):
         names = [e.name for e in endpoints]
@@ -107,11 +159,13 @@ class Dispatcher:
         self._clock = clock
         self._rng = rng or random.Random()
         self._outbox = Outbox(outbox_path)
-        self._owns_client = http_client is None
-        self._client = http_client or httpx.Client(headers={"User-Agent": USER_AGENT}, follow_redirects=False)
+        self._poster = DeadlinePoster(USER_AGENT)
         now = clock()
         self._buckets = {e.name: TokenBucket(e.rate_per_second, e.burst, now) for e in endpoints}
-        self._paused_until = {e.name: -math.inf for e in endpoints}
+        self._circuits = {
+            e.name: Circuit(CIRCUIT_ROWS, e.backoff_base_seconds, e.backoff_cap_seconds, self._rng)
+            for e in endpoints
+        }
         self._pass_locks = {e.name: threading.Lock() for e in endpoints}
         self._wake = {e.name: threading.Event() for e in endpoints}
         self._stopping = threading.Event()
@@ -122,6 +176,11 @@ class Dispatcher:
         self._redact = _Redactor(self.endpoints)
         # httpx logs every request's full URL at INFO; some URLs are secrets.
         logging.getLogger("httpx").addFilter(self._redact)
+        for endpoint in self.endpoints:
+            # Every reason's series exists from the start at 0, so that
+            # increase() sees an endpoint's first parking.
+            for reason in PARK_REASONS:
+                metrics.webhook_parkings.labels(endpoint=endpoint.name, reason=reason)
         self._refresh_gauges(now)
 
     # ---- the job's side -------------------------------------------------------------------
@@ -130,8 +189,8 @@ class Dispatcher:
         """Queue each alert (a SPEC 3 dict) for every endpoint whose filters accept it.
 
         Committed to the outbox before it returns. Idempotent: an alert already
-        queued for an endpoint (same ``alert_id``), delivered or not, is not
-        queued again. Returns how many new outbox rows were written.
+        queued for an endpoint (same ``alert_id``), delivered, parked or not,
+        is not queued again. Returns how many new outbox rows were written.
         """
         rows: list[tuple[str, str, str]] = []
         for alert in alerts:
@@ -187,14 +246,13 @@ class Dispatcher:
             return
         self._closed = True
         logging.getLogger("httpx").removeFilter(self._redact)
-        if self._owns_client:
-            self._client.close()
+        self._poster.close()
         self._outbox.close()
 
     def deliver_due(self) -> int:
-        """One pass over every endpoint: drop expired rows, deliver the due ones
-        the rate limits allow (stopping an endpoint at its first retryable
-        failure), refresh the gauges. Returns how many alerts were delivered."""
+        """One pass over every endpoint: park expired rows, deliver the due ones
+        the rate limits and circuits allow, refresh the gauges. Returns how many
+        alerts were delivered."""
         delivered = sum(self._pass(endpoint)[0] for endpoint in self.endpoints)
         self._housekeeping(self._clock())
         return delivered
@@ -234,11 +292,12 @@ class Dispatcher:
     def _pass(self, endpoint: Endpoint) -> tuple[int, float | None]:
         """Deliver what is due for one endpoint; returns (delivered, when to look again: None = no rows)."""
         name = endpoint.name
+        circuit = self._circuits[name]
         with self._pass_locks[name]:
             now = self._clock()
-            self._expire(endpoint, now)
-            if self._paused_until[name] > now:
-                return 0, self._paused_until[name]
+            self._park_expired(endpoint, now)
+            if circuit.is_held(now):
+                return 0, circuit.held_until
             entries = self._outbox.due(name, now, BATCH_ROWS)
             delivered = 0
             for entry in entries:
@@ -250,90 +309,155 @@ class Dispatcher:
                     return delivered, self._clock() + wait
                 outcome = self._attempt(endpoint, entry)
                 now = self._clock()
-                if outcome.kind == "delivered":
-                    self._outbox.finish(entry.seq, DELIVERED, now)
+                if outcome.kind == DELIVERED:
+                    self._outbox.delivered(entry.seq, now)
                     self.metrics.webhook_deliveries.labels(endpoint=name).inc()
+                    circuit.succeeded()
                     delivered += 1
                     continue
                 if outcome.reason is not None:
                     self.metrics.webhook_failures.labels(endpoint=name, reason=outcome.reason).inc()
-                if outcome.kind == "drop":
-                    self._outbox.finish(entry.seq, DROPPED, now, outcome.detail)
-                    self.metrics.webhook_dropped.labels(endpoint=name).inc()
-                    log.error(
-                        "webhook %s: dropped alert %s (%s): %s",
-                        name,
-                        entry.alert_id,
-                        entry.alert.get("rule"),
-                        outcome.detail,
-                    )
-                    continue
-                failures = entry.attempts + 1
-                if outcome.retry_after_seconds is not None:
-                    delay = min(outcome.retry_after_seconds, endpoint.max_age_seconds)
+                if outcome.kind == HOLD_ENDPOINT:
+                    until = self._hold(endpoint, entry, outcome, now)
+                    return delivered, until
+                if outcome.kind == PARK:
+                    self._park(endpoint, entry, outcome.park_reason, outcome.answer, now)
+                elif entry.failures + 1 < endpoint.max_attempts:
+                    self._retry_row(endpoint, entry, outcome.answer, now)
                 else:
-                    delay = backoff_seconds(
-                        failures, endpoint.backoff_base_seconds, endpoint.backoff_cap_seconds, self._rng
-                    )
-                self._outbox.retry(entry.seq, failures, now + delay, outcome.detail)
-                self._paused_until[name] = now + delay
-                log.warning(
-                    "webhook %s: attempt %d for alert %s failed (%s); retrying in %.1f s",
-                    name,
-                    failures,
-                    entry.alert_id,
-                    outcome.detail,
-                    delay,
-                )
-                return delivered, now + delay
+                    self._park(endpoint, entry, RETRIES_EXHAUSTED, outcome.answer, now)
+                if outcome.reason is not None and self._circuit_opens(endpoint, entry, now):
+                    return delivered, circuit.held_until
             if len(entries) == BATCH_ROWS:
                 return delivered, now
             return delivered, self._outbox.next_attempt_at(name)
+
+    def _hold(self, endpoint: Endpoint, entry: Entry, outcome: Outcome, now: float) -> float:
+        """The endpoint failed: reschedule the row and hold the endpoint back until then."""
+        if outcome.retry_after_seconds is not None:
+            delay = outcome.retry_after_seconds
+        else:
+            delay = backoff_seconds(
+                entry.attempts + 1, endpoint.backoff_base_seconds, endpoint.backoff_cap_seconds, self._rng
+            )
+        self._outbox.retry(entry.seq, now + delay, outcome.answer, now, own_failure=False)
+        self._circuits[endpoint.name].hold(now + delay)
+        log.warning(
+            "webhook %s: attempt %d for alert %s failed (%s); holding the endpoint back for %.1f s",
+            endpoint.name,
+            entry.attempts + 1,
+            entry.alert_id,
+            outcome.answer.error,
+            delay,
+        )
+        return now + delay
+
+    def _retry_row(self, endpoint: Endpoint, entry: Entry, answer: Answer, now: float) -> None:
+        """This alert failed: it alone backs off."""
+        delay = backoff_seconds(
+            entry.attempts + 1, endpoint.backoff_base_seconds, endpoint.backoff_cap_seconds, self._rng
+        )
+        self._outbox.retry(entry.seq, now + delay, answer, now, own_failure=True)
+        log.warning(
+            "webhook %s: attempt %d for alert %s failed (%s); %d of %d; retrying it in %.1f s",
+            endpoint.name,
+            entry.attempts + 1,
+            entry.alert_id,
+            answer.error,
+            entry.failures + 1,
+            endpoint.max_attempts,
+            delay,
+        )
+
+    def _park(self, endpoint: Endpoint, entry: Entry, reason: str, answer: Answer, now: float) -> None:
+        self._outbox.park(entry.seq, reason, answer, now)
+        self.metrics.webhook_parkings.labels(endpoint=endpoint.name, reason=reason).inc()
+        log.error(
+            "webhook %s: parked alert %s (%s) after %d attempt(s), %s: %s",
+            endpoint.name,
+            entry.alert_id,
+            entry.alert.get("rule"),
+            entry.attempts + 1,
+            reason,
+            answer.error,
+        )
+
+    def _circuit_opens(self, endpoint: Endpoint, entry: Entry, now: float) -> bool:
+        pause = self._circuits[endpoint.name].row_failed(entry.seq, now)
+        if pause is None:
+            return False
+        log.warning(
+            "webhook %s: %d different alerts failed in a row; holding the endpoint back for %.1f s, "
+            "then probing it with one",
+            endpoint.name,
+            CIRCUIT_ROWS,
+            pause,
+        )
+        return True
 
     def _attempt(self, endpoint: Endpoint, entry: Entry) -> Outcome:
         """POST one alert and classify the answer."""
         try:
             body = render(endpoint.format, entry.alert, endpoint.name, endpoint.external_url)
         except (KeyError, TypeError, ValueError) as exc:
-            return Outcome("drop", detail=f"cannot render it as {endpoint.format}: {exc!r}")
+            return Outcome(
+                PARK,
+                answer=Answer(f"cannot render it as {endpoint.format}: {exc!r}"),
+                park_reason=UNRENDERABLE,
+            )
         headers = {"Content-Type": "application/json", ALERT_ID_HEADER: entry.alert_id}
         if endpoint.secret is not None:
-            headers.update(sign(endpoint.secret, int(self._clock()), body))
+            headers.update(sign(endpoint.secret, int(self._clock()), entry.alert_id, body))
         try:
-            response = self._client.post(
-                endpoint.url, content=body, headers=headers, timeout=endpoint.timeout_seconds
-            )
-        except httpx.TimeoutException as exc:
-            return Outcome(
-                "retry", "timeout", f"no answer within {endpoint.timeout_seconds:g} s ({type(exc).__name__})"
-            )
-        except (httpx.TransportError, httpx.InvalidURL) as exc:
-            return Outcome("retry", "connection", self._redact.scrub(f"{type(exc).__name__}: {exc}"))
-        status = response.status_code
+            reply = self._poster.post(endpoint.url, body, headers, endpoint.timeout_seconds)
+        except PostFailed as exc:
+            return Outcome(HOLD_ENDPOINT, exc.kind, Answer(self._redact.scrub(exc.detail)))
+        return self._judge(endpoint, reply)
+
+    def _judge(self, endpoint: Endpoint, reply: Reply) -> Outcome:
+        """Classify an answer (see the module docstring for the policy)."""
+        status = reply.status
         if 200 <= status < 300:
-            return Outcome("delivered")
-        answer = self._redact.scrub(" ".join(response.text[:200].split()))
-        detail = f"HTTP {status} {answer}".rstrip()
-        retry_after = None
-        if status in RETRY_AFTER_STATUSES:
-            retry_after = retry_after_seconds(response.headers.get("Retry-After"), self._clock())
-        if status >= 500:
-            return Outcome("retry", "http_5xx", detail, retry_after)
-        if status in RETRY_STATUSES:
-            return Outcome("retry", "http_4xx", detail, retry_after)
+            return Outcome(DELIVERED)
+        reason = f"http_{status // 100}xx"
+        excerpt = self._redact.scrub(" ".join(reply.body.decode("utf-8", "replace").split()))
+        excerpt = excerpt[:BODY_EXCERPT_CHARS]
+        error = f"HTTP {status} {excerpt[:LOGGED_BODY_CHARS]}".rstrip()
+        if 300 <= status < 400:
+            location = reply.headers.get("Location")
+            target = (
+                f"a redirect to {self._redact.scrub(location)[:LOCATION_CHARS]}"
+                if location
+                else "a redirect without a Location"
+            )
+            error = (
+                f"HTTP {status}: {target}; redirects are not followed (a signed alert is not re-sent "
+                "to another URL): configure the final URL"
+            )
+            return Outcome(PARK, reason, Answer(error, status, excerpt), REDIRECT)
+        answer = Answer(error, status, excerpt)
+        if status in ENDPOINT_STATUSES:
+            retry_after = None
+            if status in RETRY_AFTER_STATUSES:
+                retry_after = retry_after_seconds(
+                    reply.headers.get("Retry-After"), self._clock(), endpoint.backoff_cap_seconds
+                )
+            return Outcome(HOLD_ENDPOINT, reason, answer, retry_after_seconds=retry_after)
         if 400 <= status < 500:
-            return Outcome("drop", "http_4xx", f"{detail} (a client error: not retried)")
-        return Outcome("drop", None, f"{detail} (redirects are not followed: configure the final URL)")
+            return Outcome(
+                PARK, reason, Answer(f"{error} (a client error: not retried)", status, excerpt), REJECTED
+            )
+        return Outcome(RETRY_ROW, reason, answer)
 
     # ---- upkeep ---------------------------------------------------------------------------
 
-    def _expire(self, endpoint: Endpoint, now: float) -> None:
-        ids = self._outbox.expire(endpoint.name, now - endpoint.max_age_seconds, now)
+    def _park_expired(self, endpoint: Endpoint, now: float) -> None:
+        ids = self._outbox.park_expired(endpoint.name, now - endpoint.max_age_seconds, now)
         if ids:
-            self.metrics.webhook_dropped.labels(endpoint=endpoint.name).inc(len(ids))
+            self.metrics.webhook_parkings.labels(endpoint=endpoint.name, reason=MAX_AGE).inc(len(ids))
             shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
             log.error(
-                "webhook %s: dropped %d alert(s) undelivered for over max_age_seconds=%g: %s",
+                "webhook %s: parked %d alert(s) still undelivered after max_age_seconds=%g: %s",
                 endpoint.name,
                 len(ids),
                 endpoint.max_age_seconds,
@@ -347,7 +471,7 @@ class Dispatcher:
                 pruned = self._outbox.prune(now - self.retention_seconds)
                 if pruned:
                     log.info(
-                        "webhook outbox: pruned %d finished rows older than %g s",
+                        "webhook outbox: pruned %d delivered rows older than %g s",
                         pruned,
                         self.retention_seconds,
                     )
@@ -355,26 +479,12 @@ class Dispatcher:
 
     def _refresh_gauges(self, now: float) -> None:
         pending = self._outbox.pending()
+        parked = self._outbox.parked_counts()
         for endpoint in self.endpoints:
             count, oldest = pending.get(endpoint.name, (0, now))
             self.metrics.webhook_backlog.labels(endpoint=endpoint.name).set(count)
             self.metrics.webhook_oldest_pending.labels(endpoint=endpoint.name).set(max(0.0, now - oldest))
-
-
-def retry_after_seconds(value: str | None, now: float) -> float | None:
-    """A Retry-After header (delta seconds or an HTTP date) as seconds from ``now``; None if absent or bad."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - now)
+            self.metrics.webhook_parked.labels(endpoint=endpoint.name).set(parked.get(endpoint.name, 0))
 
 
 class _Redactor(logging.Filter):

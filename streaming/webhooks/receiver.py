@@ -2,12 +2,17 @@
 for docker-compose, end-to-end tests and trying an endpoint config out.
 
 It accepts POSTs carrying any of the three fencewatch formats (generic JSON,
-Alertmanager v4, Slack-style text) on any path, and Alertmanager's own
-(unsigned) POSTs on ``/alertmanager``. With a secret, every other request must
-carry a valid ``X-Fencewatch-Signature`` with a timestamp within
-``max_skew_seconds`` of now, or gets 401. Requests are de-duplicated by
-(path, ``X-Fencewatch-Alert-Id``): a repeat gets 200 but is recorded once,
-so several endpoints may share one receiver on different paths.
+Alertmanager v4, Slack-style text) on any path. With a secret it trusts only
+what is signed: every request on every path must carry a valid ``v1``
+signature over its timestamp, alert id and body (:mod:`streaming.webhooks.signing`)
+with the timestamp within ``max_skew_seconds`` of now. An unsigned request, or
+one whose signature does not verify, gets 401; a signing header that cannot be
+read gets 400. Each refusal is answered with a one-line reason. Alertmanager
+cannot sign, so its own notifications go to a receiver without a secret.
+
+Requests are de-duplicated by (path, ``X-Fencewatch-Alert-Id``): a repeat gets
+200 but is recorded once, so several endpoints may share one receiver on
+different paths.
 
 Each accepted request is appended to ``received`` and, when an output is
 given, written as one JSON line: ``received_at`` (Unix seconds), ``path``,
@@ -16,24 +21,30 @@ given, written as one JSON line: ``received_at`` (Unix seconds), ``path``,
 
 ``answer_with(status)`` makes it answer every request with that status and
 record nothing, to stand in for a failing endpoint.
+
+HTTP itself (connection, body-size and time limits) is
+:mod:`streaming.webhooks.http_server`'s job.
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 import orjson
 
-from streaming.webhooks.signing import ALERT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from streaming.webhooks.http_server import Answer, BoundedHttpServer, ServerLimits
+from streaming.webhooks.signing import (
+    ALERT_ID_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    MalformedHeader,
+    check_alert_id,
+    verify,
+)
 
-ALERTMANAGER_PATH = "/alertmanager"
-MAX_BODY_BYTES = 1 << 20
 RECORDED_HEADERS = (ALERT_ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER, "Content-Type", "User-Agent")
 
 
@@ -56,6 +67,7 @@ class WebhookReceiver:
     ``secret``: check signatures (None: accept unsigned requests). ``output``:
     a text stream each accepted request is written to as a JSON line.
     ``clock`` gives Unix seconds, for the signature's timestamp window.
+    ``limits``: connections, body size and time limits.
     """
 
     def __init__(
@@ -67,6 +79,7 @@ class WebhookReceiver:
         output: IO[str] | None = None,
         max_skew_seconds: float | None = 300.0,
         clock: Callable[[], float] = time.time,
+        limits: ServerLimits | None = None,
     ):
         self.secret = secret
         self.output = output
@@ -75,25 +88,17 @@ class WebhookReceiver:
         self.received: list[dict[str, Any]] = []
         self.requests = 0  # every request, accepted or not
         self.duplicates = 0
-        self.rejected = 0
+        self.rejected = 0  # answered 4xx by handle(): a bad signature, header or body
         self._seen: set[tuple[str, str]] = set()
         self._forced: tuple[int, float | None] | None = None
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((bind, port), _handler(self))
-        self._server.daemon_threads = True
-        self._connections: set[socket.socket] = set()
-        self._thread = threading.Thread(
-            # A short poll interval: stop() returns within it.
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="fencewatch-webhook-receiver",
-            daemon=True,
+        self.server = BoundedHttpServer(
+            self.handle, bind, port, limits or ServerLimits(), thread_name="fencewatch-webhook-receiver"
         )
-        self._thread.start()
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self.server.port
 
     def url(self, path: str = "/") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -107,22 +112,7 @@ class WebhookReceiver:
     def stop(self) -> None:
         """Stop listening and cut open keep-alive connections, so a stopped receiver
         answers nothing (as a crashed one would)."""
-        self._server.shutdown()
-        self._server.server_close()
-        with self._lock:
-            connections, self._connections = list(self._connections), set()
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        self._thread.join(5)
-
-    def _opened(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._connections.add(conn)
-
-    def _closed(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._connections.discard(conn)
+        self.server.stop()
 
     def __enter__(self) -> WebhookReceiver:
         return self
@@ -130,100 +120,79 @@ class WebhookReceiver:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], str]:
-        """Judge one POST; returns (status, extra response headers, response text)."""
+    def handle(self, path: str, headers: Sequence[tuple[str, str]], body: bytes) -> Answer:
+        """Judge one POST (``headers`` as (name, value) pairs) and record it if accepted."""
         with self._lock:
             self.requests += 1
             forced = self._forced
         if forced is not None:
             status, retry_after = forced
             extra = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
-            return status, extra, f"answering {status} as told\n"
-        get = {k.lower(): v for k, v in headers.items()}.get
-        path_only = path.split("?", 1)[0]
-        if self.secret is not None and path_only != ALERTMANAGER_PATH:
-            problem = verify(
+            return Answer(status, extra, f"answering {status} as told\n")
+        try:
+            recorded = _recorded_headers(headers)
+            alert_id = recorded.get(ALERT_ID_HEADER)
+            if self.secret is None and alert_id is not None:
+                check_alert_id(alert_id)
+        except MalformedHeader as exc:
+            return self._refuse(400, str(exc))
+        if self.secret is not None:
+            rejection = verify(
                 self.secret,
-                get(TIMESTAMP_HEADER.lower()),
-                get(SIGNATURE_HEADER.lower()),
+                recorded.get(TIMESTAMP_HEADER),
+                alert_id,
+                recorded.get(SIGNATURE_HEADER),
                 body,
                 self.clock(),
                 self.max_skew_seconds,
             )
-            if problem is not None:
-                with self._lock:
-                    self.rejected += 1
-                return 401, {}, f"bad signature: {problem}\n"
+            if rejection is not None:
+                return self._refuse(rejection.status, rejection.reason)
         try:
             parsed = orjson.loads(body)
         except orjson.JSONDecodeError:
-            return 400, {}, "body is not JSON\n"
+            return self._refuse(400, "body is not UTF-8 JSON")
         fmt = payload_format(parsed)
         if fmt is None:
-            return 400, {}, "body is none of json (SPEC alert), alertmanager (v4) or slack ({text})\n"
-        alert_id = get(ALERT_ID_HEADER.lower())
+            return self._refuse(400, "body is none of json (SPEC alert), alertmanager (v4) or slack ({text})")
         record = {
             "received_at": self.clock(),
-            "path": path_only,
+            "path": path,
             "format": fmt,
-            "headers": {h: get(h.lower()) for h in RECORDED_HEADERS if get(h.lower()) is not None},
+            "headers": recorded,
             "body": parsed,
         }
         with self._lock:
             if alert_id is not None:
-                if (path_only, alert_id) in self._seen:
+                if (path, alert_id) in self._seen:
                     self.duplicates += 1
-                    return 200, {}, "duplicate\n"
-                self._seen.add((path_only, alert_id))
+                    return Answer(200, {}, "duplicate\n")
+                self._seen.add((path, alert_id))
             self.received.append(record)
             if self.output is not None:
                 self.output.write(orjson.dumps(record).decode() + "\n")
                 self.output.flush()
-        return 200, {}, "ok\n"
+        return Answer(200, {}, "ok\n")
+
+    def _refuse(self, status: int, reason: str) -> Answer:
+        with self._lock:
+            self.rejected += 1
+        return Answer(status, {}, reason + "\n")
 
 
-def _handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the dispatcher reuses its connections
-        # Headers and body go out in separate writes; with Nagle on, the body
-        # waits for the client's delayed ACK (~40 ms per request).
-        disable_nagle_algorithm = True
-
-        def setup(self) -> None:
-            super().setup()
-            receiver._opened(self.connection)
-
-        def finish(self) -> None:
-            receiver._closed(self.connection)
-            super().finish()
-
-        def do_POST(self) -> None:
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                self._answer(411, {}, "Content-Length required\n")
-                return
-            if length < 0 or length > MAX_BODY_BYTES:
-                self._answer(413, {}, f"body over {MAX_BODY_BYTES} bytes\n")
-                return
-            body = self.rfile.read(length)
-            status, extra, text = receiver.handle(self.path, dict(self.headers.items()), body)
-            self._answer(status, extra, text)
-
-        def _answer(self, status: int, extra: dict[str, str], text: str) -> None:
-            data = text.encode()
-            self.send_response(status)
-            for key, value in extra.items():
-                self.send_header(key, value)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            if status in (411, 413):
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # one line per request on stderr is noise; the output file is the record
-
-    return Handler
+def _recorded_headers(headers: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The RECORDED_HEADERS present, under their canonical names. MalformedHeader
+    if one is repeated (which copy would count is ambiguous) or is not printable ASCII."""
+    canonical = {name.lower(): name for name in RECORDED_HEADERS}
+    found: dict[str, str] = {}
+    for name, value in headers:
+        known = canonical.get(name.lower())
+        if known is None:
+            continue
+        if known in found:
+            raise MalformedHeader(f"{known} is given more than once")
+        # Values arrive decoded with surrogate escapes, so bytes that are not UTF-8 fail here too.
+        if not (value.isascii() and value.replace("\t", " ").isprintable()):
+            raise MalformedHeader(f"{known} is not printable ASCII")
+        found[known] = value
+    return found

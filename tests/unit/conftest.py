@@ -142,10 +142,8 @@ class History:
         detector = Detector(config or self.config, now_ms=lambda: NOW_MS)
         dead: list[DeadLetter] = []
         for env in arrival:
-            letter = detector.ingest(env)
-            if letter is not None:
-                dead.append(letter)
-        detector.flush()
+            dead.extend(detector.ingest(env))
+        dead.extend(detector.flush())
         return Outcome(detector.drain(), dead, detector, list(arrival))
 
     def time_order(self) -> list[int]:

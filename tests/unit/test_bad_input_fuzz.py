@@ -12,7 +12,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from detectors.envelope import KINDS, DeadLetter, Envelope, dumps, parse_envelope
+from detectors.envelope import KINDS, DeadLetter, DeadLetterClass, Envelope, dumps, parse_envelope
+from detectors.lines import EXCERPT_BYTES
 from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
 from detectors.parse_request_log import RequestLogStats, iter_request_log
 
@@ -171,6 +172,31 @@ def test_request_log_survives_arbitrary_lines_and_accounts_for_them(lines):
             assert isinstance(parse_envelope(dumps(item.to_dict())), Envelope)
 
 
+@FUZZ
+@given(st.lists(_chaos_lines(), max_size=30), st.integers(1, 80))
+def test_request_log_with_any_record_limit_accounts_for_every_line(lines, limit):
+    stats = RequestLogStats()
+    items = list(
+        iter_request_log(lines, source="f", cluster="c", node=1, stats=stats, max_record_bytes=limit)
+    )
+    assert stats.lines == len(lines) == stats.record_lines + stats.other_logger_lines
+    assert stats.records + stats.dead_letters == len(items)
+    for item in items:
+        if isinstance(item, DeadLetter):
+            assert item.reason and len(item.raw) <= EXCERPT_BYTES
+            if item.kind == DeadLetterClass.TOO_LARGE:
+                assert f"limit of {limit} bytes" in item.reason
+
+
+@FUZZ
+@given(st.lists(_chaos_lines(), max_size=30))
+def test_a_record_limit_above_the_whole_input_changes_nothing(lines):
+    unlimited, _ = _run_request_log(lines)
+    limit = sum(len(line) for line in lines) + 1
+    limited = list(iter_request_log(lines, source="f", cluster="c", node=1, max_record_bytes=limit))
+    assert limited == unlimited
+
+
 # --- the metadata dump --------------------------------------------------------
 
 _RECORD_TYPES = st.sampled_from(
@@ -291,6 +317,24 @@ def test_metadata_dump_survives_arbitrary_lines_and_accounts_for_them(lines):
         assert 1 <= n <= len(lines)
         if isinstance(item, DeadLetter):
             assert item.reason
+
+
+@FUZZ
+@given(
+    st.lists(_chaos_lines() | st.binary(max_size=80).map(lambda b: b"| " + b), max_size=30),
+    st.integers(1, 80),
+)
+def test_metadata_dump_with_any_record_limit_accounts_for_every_line(lines, limit):
+    stats = MetadataDumpStats()
+    items = list(iter_metadata_dump(lines, source="m", cluster="c", stats=stats, max_record_bytes=limit))
+    assert stats.lines == len(lines)
+    assert stats.lines == stats.records + stats.dead_letters + stats.control_records + stats.other_lines
+    assert stats.records + stats.dead_letters == len(items)
+    too_large = [i for i in items if isinstance(i, DeadLetter) and i.kind == DeadLetterClass.TOO_LARGE]
+    # The limit counts a line's bytes without its terminator.
+    unterminated = [line[:-2] if line.endswith(b"\r\n") else line.removesuffix(b"\n") for line in lines]
+    long_lines = [n for n, line in enumerate(unterminated, 1) if len(line) > limit]
+    assert [i.position for i in too_large] == [f"m:{n}" for n in long_lines]
 
 
 # --- the envelope itself --------------------------------------------------------

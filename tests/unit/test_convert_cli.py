@@ -142,18 +142,52 @@ def test_argparse_usage_errors_exit_2(main, capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_unopenable_file_exits_1_before_any_output(main, capsys, tmp_path):
-    missing = tmp_path / "nope.log"
-    assert main(["convert", "request-log", "--node", "1", REQUEST_LOG, str(missing)]) == 1
+def test_a_record_over_the_limit_is_a_too_large_dead_letter(main, capsys, tmp_path):
+    log = tmp_path / "big.log"
+    big = (
+        '[2026-11-20 10:00:00,000] DEBUG Completed request:{"pad":"'
+        + "p" * 5000
+        + '"} (kafka.request.logger)'
+    )
+    log.write_text(
+        big + "\n" + '[2026-11-20 10:00:01,000] DEBUG Completed request:{"a":2} (kafka.request.logger)\n'
+    )
+    code = main(["convert", "request-log", "--node", "1", "--max-record-bytes", "1000", str(log)])
     out, err = capsys.readouterr()
-    assert out == ""
-    assert f"cannot open {missing}" in err and "No such file" in err
+
+    assert code == 0
+    assert [i.body for i in envelopes(out)] == [{"a": 2}]
+    letter = orjson.loads(err.splitlines()[0])
+    assert letter["position"] == f"{log}:1"
+    assert "longer than the record size limit of 1000 bytes" in letter["reason"]
+    assert "--max-record-bytes" in letter["reason"] and len(letter["raw"]) <= 2000
+    assert "1 records, 1 dead letters" in err
 
 
-def test_unopenable_dead_letter_file_exits_1(main, capsys, tmp_path):
-    target = tmp_path / "no-such-dir" / "dead.jsonl"
-    assert main(["convert", "metadata-dump", "--dead-letter", str(target), METADATA_DUMP]) == 1
-    assert f"cannot open {target}" in capsys.readouterr().err
+def test_the_record_limit_comes_from_the_environment(main, capsys, tmp_path, monkeypatch):
+    dump = tmp_path / "d.dump"
+    dump.write_text("| offset: 1 CreateTime: 1795168800000 keySize: -1 payload: " + "{" * 300 + "\n")
+    monkeypatch.setenv("FENCEWATCH_MAX_RECORD_BYTES", "100")
+    assert main(["convert", "metadata-dump", str(dump)]) == 0
+    assert "limit of 100 bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "lots"])
+def test_a_record_limit_that_is_not_a_positive_number_is_a_usage_error(main, capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["convert", "metadata-dump", "--max-record-bytes", value, METADATA_DUMP])
+    assert exc.value.code == 2
+    assert "--max-record-bytes" in capsys.readouterr().err
+
+
+def test_a_bad_record_limit_in_the_environment_is_one_line(main, monkeypatch):
+    monkeypatch.setenv("FENCEWATCH_MAX_RECORD_BYTES", "16M")
+    with pytest.raises(SystemExit) as exc:
+        main(["convert", "metadata-dump", METADATA_DUMP])
+    assert str(exc.value.code) == (
+        "fencewatch: FENCEWATCH_MAX_RECORD_BYTES='16M' is not a whole number of bytes"
+        " -- fix or unset FENCEWATCH_MAX_RECORD_BYTES"
+    )
 
 
 _ALL_COMMANDS_IMPORTABLE = all(importlib.util.find_spec(m) for m in cli.COMMANDS.values())

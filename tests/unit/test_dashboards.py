@@ -85,7 +85,7 @@ def real_snapshot() -> dict[str, Any]:
         s.envelope("c1", "request", 2000, s.produce("unknown-topic", 0, 0), node=1),
     ]
     for index, obj in enumerate(raw):
-        assert detector.ingest(envelope_from_obj(obj, f"test:{index}", index)) is None
+        assert detector.ingest(envelope_from_obj(obj, f"test:{index}", index)) == []
     detector.dead_letter(
         DeadLetter("test:9", "malformed JSON: truncated", "", kind=DeadLetterClass.MALFORMED_JSON)
     )

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import detectors.rules  # noqa: F401  (registers every rule)
-from detectors.engine import Detector
+from detectors.engine import TOO_LATE, Detector
 from detectors.errors import KafkaError
 from detectors.rules.base import RULES
 from producers import shapes as s
@@ -310,7 +310,7 @@ def test_alert_ids_are_deterministic_and_ignore_read_positions_and_wall_time(clu
     first = cluster.run(order=order).alerts
     detector = Detector(cluster.config, now_ms=lambda: 7)  # another wall clock
     for i in order:
-        assert detector.ingest(replace(cluster.envelopes[i], position=f"topic/0@{1000 + i}")) is None
+        assert detector.ingest(replace(cluster.envelopes[i], position=f"topic/0@{1000 + i}")) == []
     detector.flush()
     second = detector.drain()
     assert [a.alert_id for a in first] == [a.alert_id for a in second]
@@ -414,14 +414,27 @@ def test_one_source_lagging_by_almost_lateness_gives_the_same_alerts(cluster, la
     assert summary(skewed.alerts) == expected
 
 
-def test_events_later_than_lateness_are_counted(cluster):
+def test_a_request_arriving_within_its_grace_window_but_beyond_lateness_is_judged(cluster):
+    cluster.change(10_000, leader=2)
+    cluster.request(13_000, 1, s.produce("orders", 0, NONE))
+    cluster.metadata(15_500, s.feature_level(21))  # watermark 14 500: 13 000 + grace not yet passed
+    n = len(cluster.envelopes)
+    outcome = cluster.run(order=[*range(n - 2), n - 1, n - 2])  # the produce arrives 2.5 s late
+    assert outcome.counters.late == 1
+    assert outcome.keys == [("PRODUCE_ACCEPTED_BY_NON_LEADER", 1, 13_000, 0, "orders")]
+
+
+def test_a_request_arriving_after_its_grace_window_closed_is_refused_and_counted(cluster):
+    # Its window's states may be pruned by now, and a re-delivery this old could
+    # not be told from a new record: judging it could raise a false alarm.
     cluster.change(10_000, leader=2)
     cluster.request(13_000, 1, s.produce("orders", 0, NONE))
     cluster.metadata(20_000, s.feature_level(21))
     n = len(cluster.envelopes)
     outcome = cluster.run(order=[*range(n - 2), n - 1, n - 2])  # the produce arrives 7 s late
     assert outcome.counters.late == 1
-    assert outcome.keys == [("PRODUCE_ACCEPTED_BY_NON_LEADER", 1, 13_000, 0, "orders")]
+    assert outcome.keys == []
+    assert outcome.counters.unverified == {TOO_LATE: 1}
 
 
 def test_judgments_wait_for_grace_and_lateness(cluster):

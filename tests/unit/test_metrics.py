@@ -142,8 +142,22 @@ def ingested(kind: str, body: dict[str, Any], **envelope: Any) -> DeadLetter:
     detector = Detector()
     env = parse_envelope(orjson.dumps(s.envelope("c1", kind, TS, body, **envelope)), "mem:1")
     assert isinstance(env, Envelope)
-    letter = detector.ingest(env)
-    assert letter is not None
+    # A metadata record's letter may come when the record is applied (detectors.redelivery).
+    [letter] = detector.ingest(env) + detector.flush()
+    assert detector.counters.dead_letters == {letter.kind.value: 1}
+    return letter
+
+
+def metadata_out_of_order() -> DeadLetter:
+    """Offset 7 arriving after offset 8 started the log."""
+    detector = Detector()
+    letters = []
+    for offset, ts_ms in ((8, TS), (9, TS + 5000), (7, TS + 5001)):  # 8 applied once the watermark passes it
+        body = s.feature_level(21)
+        env = parse_envelope(orjson.dumps(s.envelope("c1", "metadata", ts_ms, body, offset=offset)), "mem:1")
+        assert isinstance(env, Envelope)
+        letters.extend(detector.ingest(env))
+    [letter] = letters
     assert detector.counters.dead_letters == {letter.kind.value: 1}
     return letter
 
@@ -241,6 +255,7 @@ BAD_INPUTS: list[tuple[str, Callable[[], DeadLetter], str]] = [
         "wrong_type",
     ),
     ("ISR member a string", lambda: ingested("request", alter_partition_isr([1, "2"]), node=1), "wrong_type"),
+    ("metadata offset older than the log applied", lambda: metadata_out_of_order(), "out_of_order"),
     (
         "ISR member beyond int32",
         lambda: ingested("request", alter_partition_isr([1, 2**40]), node=1),
@@ -291,6 +306,15 @@ BAD_INPUTS: list[tuple[str, Callable[[], DeadLetter], str]] = [
         "out_of_range",
     ),
     ("dump line unrecognised", lambda: metadata_dump("| offset: 5 CreateTi"), "invalid"),
+    (
+        "request log entry over the size limit",
+        lambda: native(
+            iter_request_log(
+                [log_entry("[" * 100).encode()], source="t.log", cluster="c1", node=1, max_record_bytes=64
+            )
+        ),
+        "too_large",
+    ),
 ]
 
 
@@ -349,6 +373,7 @@ def progress(name: str, duration_ms: int, rows: int, end: dict, latest: dict) ->
             inputRowsPerSecond=float("nan"),
             processedRowsPerSecond=250.0,
             sources=[source],
+            observedMetrics={},
         )
     )
 

@@ -215,3 +215,37 @@ def test_bad_arguments_fail_at_call_time():
         iter_metadata_dump([], source="s", cluster="")
     with pytest.raises(ValueError, match="node"):
         iter_metadata_dump([], source="s", cluster="c", node=-3)
+
+
+def test_a_line_over_the_limit_is_a_too_large_dead_letter_and_keeps_the_batch_count():
+    lines = [
+        batch(40, count=3),
+        "| payload: " + TOPIC,
+        '| payload: {"type":"PARTITION_RECORD","version":0,"data":{"replicas":[' + "1," * 500 + "1]}}",
+        "| payload: " + TOPIC,
+    ]
+    stats = MetadataDumpStats()
+    items = list(iter_metadata_dump(lines, source="m.dump", cluster="c", stats=stats, max_record_bytes=400))
+
+    first, dead, third = items
+    assert isinstance(dead, DeadLetter) and dead.kind == "too_large" and dead.position == "m.dump:3"
+    assert "line 3 is 1074 bytes, over the record size limit of 400 bytes" in dead.reason
+    assert "--max-record-bytes" in dead.reason
+    # The dropped record still counts in its batch: the next one keeps its own offset.
+    assert (first.offset, third.offset) == (40, 42)
+    assert stats.lines == stats.records + stats.dead_letters + stats.control_records + stats.other_lines
+
+
+def test_a_binary_stream_is_read_in_bounded_lines(tmp_path):
+    dump = tmp_path / "d.dump"
+    dump.write_bytes(b"\0" * 100_000 + b"\n" + record(3, " payload: " + TOPIC).encode() + b"\n")
+    with open(dump, "rb") as f:
+        items = list(iter_metadata_dump(f, source="m.dump", cluster="c", max_record_bytes=1000))
+    assert [(type(i), i.position) for i in items] == [(DeadLetter, "m.dump:1"), (Envelope, "m.dump:2")]
+    assert "line 1 is longer than the record size limit of 1000 bytes" in items[0].reason
+    assert len(items[0].raw) <= 2000
+
+
+def test_the_limit_must_be_positive():
+    with pytest.raises(ValueError, match="max_record_bytes"):
+        iter_metadata_dump([], source="s", cluster="c", max_record_bytes=0)

@@ -230,3 +230,83 @@ def test_wrap_inside_a_multibyte_character_is_joined_back():
     items = parse([line[:cut], line[cut:]])
     assert len(items) == 1 and isinstance(items[0], Envelope)
     assert items[0].body == {"clientId": "caf\u00e9"}
+
+
+# --- the record size limit -------------------------------------------------------------
+
+
+def limited(lines, limit, stats=None):
+    return list(
+        iter_request_log(lines, source="t.log", cluster="c", node=1, stats=stats, max_record_bytes=limit)
+    )
+
+
+def test_an_entry_that_grows_past_the_limit_is_one_too_large_dead_letter_and_its_rest_is_skipped():
+    head = '[2026-11-20 10:15:02,345] DEBUG Completed request:{"pad":['
+    continuation = ['"0123456789",'] * 40  # 520 bytes of body, never closed
+    stats = RequestLogStats()
+    items = limited([head, *continuation, entry("{}", "2026-11-20 10:15:03,000")], 200, stats)
+
+    dead, good = items
+    assert isinstance(dead, DeadLetter) and dead.kind == "too_large" and dead.position == "t.log:1"
+    # It is cut off where the limit was passed (line 16: 8 + 15 x 13 bytes > 200), not at its end.
+    assert "request entry of lines 1-16 is longer than the record size limit of 200 bytes" in dead.reason
+    assert "--max-record-bytes" in dead.reason
+    assert dead.raw.startswith(head) and dead.raw.count("\n") == 15
+    assert isinstance(good, Envelope) and good.position == "t.log:42" and good.seq == 0
+    assert stats == RequestLogStats(
+        lines=42, records=1, dead_letters=1, record_lines=42, other_logger_lines=0
+    )
+
+
+def test_an_entry_over_the_limit_that_ends_stops_the_skipping_at_its_end():
+    big = entry('{"pad":"' + "p" * 300 + '"}')
+    wrapped = [big[i : i + 120] for i in range(0, len(big), 120)]  # 4 lines, each within the limit
+    stats = RequestLogStats()
+    items = limited([*wrapped, "\tat stack.trace(X.java:1)", entry("{}")], 200, stats)
+    assert [(type(i), i.position) for i in items] == [(DeadLetter, "t.log:1"), (Envelope, "t.log:6")]
+    assert "request entry of lines 1-3" in items[0].reason
+    # Its last line (4) ends the entry, so the stack trace after it is another logger's again.
+    assert (stats.record_lines, stats.other_logger_lines) == (5, 1)
+
+
+def test_a_line_over_the_limit_is_a_dead_letter_whether_or_not_it_starts_an_entry():
+    huge_entry = entry('{"pad":"' + "p" * 500 + '"}')
+    garbage = "\0" * 500
+    stats = RequestLogStats()
+    later = entry("{}", "2026-11-20 10:15:03,000")
+    items = limited([huge_entry, '"continued",', entry("{}"), garbage, later], 200, stats)
+
+    assert [(type(i), i.position) for i in items] == [
+        (DeadLetter, "t.log:1"),
+        (Envelope, "t.log:3"),
+        (DeadLetter, "t.log:4"),
+        (Envelope, "t.log:5"),
+    ]
+    assert "line 1 is 583 bytes, over the record size limit of 200 bytes" in items[0].reason
+    assert "line 4 is 500 bytes" in items[2].reason
+    assert {items[0].kind, items[2].kind} == {"too_large"}
+    # The over-long entry's continuation (line 2) is part of it, the garbage line a record of its own.
+    assert (stats.record_lines, stats.other_logger_lines, stats.dead_letters) == (5, 0, 2)
+
+
+def test_an_over_long_line_inside_an_entry_makes_the_entry_too_large():
+    head = '[2026-11-20 10:15:02,345] DEBUG Completed request:{"a":'
+    items = limited([head, "9" * 500, "}" + SUFFIX, entry("{}")], 200)
+    assert [(type(i), i.position) for i in items] == [(DeadLetter, "t.log:1"), (Envelope, "t.log:4")]
+    assert "request entry of lines 1-2" in items[0].reason
+
+
+def test_a_binary_stream_is_read_in_bounded_lines(tmp_path):
+    log = tmp_path / "r.log"
+    log.write_bytes(b"\0" * 100_000 + b"\n" + entry("{}").encode() + b"\n")
+    with open(log, "rb") as f:
+        items = limited(f, 1000)
+    assert [(type(i), i.position) for i in items] == [(DeadLetter, "t.log:1"), (Envelope, "t.log:2")]
+    assert len(items[0].raw) <= 2000
+    assert "line 1 is longer than the record size limit of 1000 bytes" in items[0].reason
+
+
+def test_the_limit_must_be_positive():
+    with pytest.raises(ValueError, match="max_record_bytes"):
+        iter_request_log([], source="s", cluster="c", node=1, max_record_bytes=0)

@@ -193,11 +193,13 @@ def test_prometheus_loads_the_rules_and_alerts_alertmanager():
 def test_alertmanager_posts_to_the_compose_webhook_receiver():
     config = yaml_file(ALERTMANAGER_CONFIG)
     urls = {hook["url"] for r in config["receivers"] for hook in r.get("webhook_configs", [])}
-    assert urls == {"http://webhook-receiver:9000/alertmanager"}
-    receiver = yaml_file(COMPOSE_FILE)["services"]["webhook-receiver"]
+    assert urls == {"http://alertmanager-receiver:9000/alertmanager"}
+    receiver = yaml_file(COMPOSE_FILE)["services"]["alertmanager-receiver"]
     command = receiver["command"]
     assert command[:2] == ["fencewatch", "receive-webhooks"]
     assert command[command.index("--port") + 1] == "9000"
+    # Alertmanager cannot sign: a receiver with a secret would refuse every notification.
+    assert "--secret-file" not in command and "secrets" not in receiver
 
 
 def test_inhibit_rules_name_existing_alerts():

@@ -95,10 +95,8 @@ def detect(arrival: Iterable[Envelope]) -> Run:
     detector = Detector(CONFIG, now_ms=lambda: 0)
     dead: list[DeadLetter] = []
     for env in arrival:
-        letter = detector.ingest(env)
-        if letter is not None:
-            dead.append(letter)
-    detector.flush()
+        dead.extend(detector.ingest(env))
+    dead.extend(detector.flush())
     return Run(detector.drain(), dead, detector.counters)
 
 

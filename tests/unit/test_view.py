@@ -217,11 +217,23 @@ def test_duplicate_metadata_offsets_are_skipped_and_counted(cluster):
     record = s.partition_change(cluster.topic_id, 0, leader=2)
     cluster.metadata(5000, record, offset=100)
     cluster.metadata(5000, record, offset=100)  # re-shipped
-    cluster.metadata(5001, s.partition_change(cluster.topic_id, 0, leader=3), offset=99)  # older
+    cluster.metadata(5000, record, offset=100)  # and again
     outcome = cluster.run()
     state = partition_state(outcome)
     assert (state.leader, state.leader_epoch, state.partition_epoch) == (2, 1, 1)
     assert outcome.counters.duplicates == 2
+    assert outcome.view.last_metadata_offset == 100
+
+
+def test_metadata_arriving_out_of_offset_order_is_applied_in_offset_order(cluster):
+    cluster.metadata(5000, s.partition_change(cluster.topic_id, 0, leader=2), offset=100)
+    cluster.metadata(5001, s.partition_change(cluster.topic_id, 0, leader=3), offset=99)  # older
+    outcome = cluster.run()
+    state = partition_state(outcome)
+    # 99 (leader 3) first, then 100 (leader 2): two changes, in the log's order.
+    assert (state.leader, state.leader_epoch, state.partition_epoch) == (2, 2, 2)
+    assert outcome.counters.duplicates == 0
+    assert outcome.dead_letters == []
     assert outcome.view.last_metadata_offset == 100
 
 

@@ -46,6 +46,7 @@ rate_per_second = 2.5
 burst = 4
 timeout_seconds = 3
 max_age_seconds = 3600
+max_attempts = 5
 backoff_base_seconds = 0.5
 backoff_cap_seconds = 60
 secret_env = "ONCALL_SECRET"
@@ -73,6 +74,7 @@ url = "http://127.0.0.1:9099/hook"
         burst=4.0,
         timeout_seconds=3.0,
         max_age_seconds=3600.0,
+        max_attempts=5,
         backoff_base_seconds=0.5,
         backoff_cap_seconds=60.0,
         secret=SECRET.encode(),
@@ -84,6 +86,7 @@ url = "http://127.0.0.1:9099/hook"
     assert (plain.rules, plain.severities, plain.clusters) == (frozenset(), frozenset(), frozenset())
     assert (plain.rate_per_second, plain.burst, plain.timeout_seconds) == (5.0, 10.0, 5.0)
     assert (plain.max_age_seconds, plain.backoff_base_seconds, plain.backoff_cap_seconds) == (86400, 1, 300)
+    assert plain.max_attempts == 12
 
 
 def test_endpoint_repr_never_shows_the_url_or_the_secret(write_config: Callable[[str], Path]) -> None:
@@ -146,6 +149,15 @@ BASE = '[[endpoint]]\nname = "oncall"\nurl = "http://127.0.0.1/hook"\n'
         (BASE + "burst = true\n", r"endpoint 'oncall': burst must be a positive number, got True"),
         (BASE + "burst = 0.5\n", r"endpoint 'oncall': burst must be at least 1"),
         (BASE + "max_age_seconds = nan\n", r"endpoint 'oncall': max_age_seconds must be a positive number"),
+        (
+            BASE + "max_attempts = 0\n",
+            r"endpoint 'oncall': max_attempts must be a whole number of at least 1",
+        ),
+        (BASE + "max_attempts = 2.5\n", r"endpoint 'oncall': max_attempts must be a whole number .*got 2.5"),
+        (
+            BASE + "max_attempts = true\n",
+            r"endpoint 'oncall': max_attempts must be a whole number .*got True",
+        ),
         (
             BASE + "backoff_base_seconds = 10\nbackoff_cap_seconds = 5\n",
             r"endpoint 'oncall': backoff_cap_seconds \(5.0\) is below backoff_base_seconds \(10.0\)",

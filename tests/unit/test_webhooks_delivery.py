@@ -1,5 +1,7 @@
 """Webhook delivery over real HTTP: the dispatcher against the real receiver
-(``streaming.webhooks.receiver``) on 127.0.0.1 and random ports.
+(``streaming.webhooks.receiver``) and scripted endpoints (``webhook_endpoints``:
+a poison alert, 404, redirects, Retry-After, a byte-dripping server) on
+127.0.0.1 and random ports.
 
 The dispatcher runs on a fake clock (Unix seconds, starting at the real now so
 signed timestamps fall within the receiver's window) and calls
@@ -9,6 +11,7 @@ clock and the delivery threads, waiting by polling with a deadline.
 
 from __future__ import annotations
 
+import email.utils
 import itertools
 import logging
 import random
@@ -21,10 +24,11 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from webhook_endpoints import Script, ScriptedEndpoint
 
 from streaming.metrics import Metrics
 from streaming.webhooks import Dispatcher, Endpoint
-from streaming.webhooks.outbox import DELIVERED, DROPPED, PENDING
+from streaming.webhooks.outbox import DELIVERED, PARKED, PENDING
 from streaming.webhooks.receiver import WebhookReceiver
 from streaming.webhooks.signing import ALERT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 
@@ -121,6 +125,20 @@ def make_receiver(clock: FakeClock) -> Iterator[Callable[..., WebhookReceiver]]:
 
 
 @pytest.fixture
+def make_scripted() -> Iterator[Callable[[], ScriptedEndpoint]]:
+    """``make_scripted()``: a running :class:`ScriptedEndpoint`, stopped after the test."""
+    started: list[ScriptedEndpoint] = []
+
+    def make() -> ScriptedEndpoint:
+        started.append(ScriptedEndpoint())
+        return started[-1]
+
+    yield make
+    for scripted in started:
+        scripted.stop()
+
+
+@pytest.fixture
 def make_dispatcher(
     tmp_path: Path, clock: FakeClock, metrics: Metrics
 ) -> Iterator[Callable[..., Dispatcher]]:
@@ -171,7 +189,7 @@ def test_each_format_arrives_signed_with_its_alert_id(make_receiver, make_dispat
     assert "PRODUCE_STALE_EPOCH_ACCEPTED" in by_path["/slack"]["body"]["text"]
     for record in receiver.received:
         assert record["headers"][ALERT_ID_HEADER] == alert["alert_id"]
-        assert record["headers"][SIGNATURE_HEADER].startswith("sha256=")
+        assert record["headers"][SIGNATURE_HEADER]  # and the receiver verified it: nothing rejected
         assert record["headers"][TIMESTAMP_HEADER] == str(int(clock.now))
     assert receiver.rejected == 0
 
@@ -277,7 +295,9 @@ def test_alerts_queued_while_the_receiver_is_down_arrive_once_after_a_restart(
     make_receiver, make_dispatcher, metrics, clock, tmp_path
 ) -> None:
     port = free_port()  # nothing listens here yet: connections are refused
-    hook = endpoint("oncall", f"http://127.0.0.1:{port}/hook", backoff_cap_seconds=60.0)
+    # Refused connections are the endpoint's failure, not the alerts': they never
+    # use up max_attempts, however low.
+    hook = endpoint("oncall", f"http://127.0.0.1:{port}/hook", backoff_cap_seconds=60.0, max_attempts=1)
     outbox = tmp_path / "durable.sqlite"
     alerts = [make_alert() for _ in range(5)]
 
@@ -457,10 +477,219 @@ def test_the_rate_limit_holds_deliveries_back(make_receiver, make_dispatcher, me
     assert sample(metrics, "fencewatch_webhook_deliveries_total", endpoint="chat") == 8
 
 
+# ---- one failing alert, a failing endpoint --------------------------------------------------------
+
+
+def test_a_poison_alert_backs_off_alone_and_is_parked_after_max_attempts(
+    make_scripted, make_dispatcher, metrics, clock
+) -> None:
+    scripted = make_scripted()
+    poison = make_alert()
+    scripted.script(poison["alert_id"], Script(500, body="boom: cannot template this alert\n"))
+    dispatcher = make_dispatcher(
+        [endpoint("oncall", scripted.url(), max_attempts=4, backoff_base_seconds=2.0, backoff_cap_seconds=60)]
+    )
+    others = [make_alert() for _ in range(5)]
+    dispatcher.enqueue([poison, *others])  # the poison alert is the oldest
+    assert dispatcher.deliver_due() == 5  # the ones behind it go out in the same pass
+    for _ in range(3):
+        # While the poison alert backs off, each new alert goes out at once ...
+        newcomer = make_alert()
+        dispatcher.enqueue([newcomer])
+        assert dispatcher.deliver_due() == 1
+        others.append(newcomer)
+        # ... and the poison alert is tried again only when its own backoff is over.
+        due = dispatcher.outbox.next_attempt_at("oncall")
+        assert due is not None and due > clock.now
+        clock.now = due
+        assert dispatcher.deliver_due() == 0
+    assert scripted.count(poison["alert_id"]) == 4
+    assert all(scripted.count(a["alert_id"]) == 1 for a in others)
+    assert dispatcher.outbox.states("oncall") == {
+        poison["alert_id"]: PARKED,
+        **{a["alert_id"]: DELIVERED for a in others},
+    }
+    (parked,) = dispatcher.outbox.parked("oncall")
+    assert (parked.alert_id, parked.reason, parked.attempts, parked.last_status) == (
+        poison["alert_id"],
+        "retries_exhausted",
+        4,
+        500,
+    )
+    assert parked.last_body == "boom: cannot template this alert"
+    assert parked.last_error == "HTTP 500 boom: cannot template this alert"
+    assert parked.parked_at == clock.now
+    assert (
+        sample(metrics, "fencewatch_webhook_parkings_total", endpoint="oncall", reason="retries_exhausted")
+        == 1
+    )
+    assert sample(metrics, "fencewatch_webhook_parked", endpoint="oncall") == 1
+    assert sample(metrics, "fencewatch_webhook_failures_total", endpoint="oncall", reason="http_5xx") == 4
+    assert sample(metrics, "fencewatch_webhook_deliveries_total", endpoint="oncall") == 8
+
+
+def test_a_poison_alert_is_parked_at_max_age_with_its_last_answer(
+    make_scripted, make_dispatcher, metrics, clock
+) -> None:
+    scripted = make_scripted()
+    poison, fine = make_alert(), make_alert()
+    scripted.script(poison["alert_id"], Script(500, body="still broken"))
+    dispatcher = make_dispatcher(
+        [
+            endpoint(
+                "oncall", scripted.url(), max_age_seconds=30, backoff_base_seconds=4, backoff_cap_seconds=8
+            )
+        ]
+    )
+    dispatcher.enqueue([poison, fine])
+    assert dispatcher.deliver_due() == 1
+    for _ in range(3):
+        clock.advance(8)
+        dispatcher.deliver_due()
+    assert dispatcher.outbox.states("oncall")[poison["alert_id"]] == PENDING
+    clock.advance(8)  # 32 s after it was queued
+    dispatcher.deliver_due()
+    (parked,) = dispatcher.outbox.parked("oncall")
+    assert (parked.alert_id, parked.reason, parked.last_status, parked.last_body) == (
+        poison["alert_id"],
+        "max_age",
+        500,
+        "still broken",
+    )
+    assert parked.attempts == scripted.count(poison["alert_id"]) >= 2
+    assert sample(metrics, "fencewatch_webhook_parkings_total", endpoint="oncall", reason="max_age") == 1
+
+
+def test_an_endpoint_answering_500_to_everything_gets_one_probe_per_pause(
+    make_scripted, make_dispatcher, clock
+) -> None:
+    scripted = make_scripted()
+    scripted.script(None, Script(500, body="down for maintenance"))
+    dispatcher = make_dispatcher(
+        [endpoint("oncall", scripted.url(), backoff_base_seconds=4.0, backoff_cap_seconds=100.0)]
+    )
+    alerts = [make_alert() for _ in range(10)]
+    dispatcher.enqueue(alerts)
+    dispatcher.deliver_due()
+    # Three different alerts failed in a row: the endpoint looks down, not those alerts.
+    assert len(scripted.requests) == 3
+    clock.advance(3.9)
+    dispatcher.deliver_due()
+    assert len(scripted.requests) == 3
+    clock.advance(0.1)
+    dispatcher.deliver_due()
+    assert len(scripted.requests) == 4  # one probe, and a fresh alert rather than one known to fail
+    assert scripted.requests[-1] == alerts[3]["alert_id"]
+    clock.advance(7.9)  # the pause doubled
+    dispatcher.deliver_due()
+    assert len(scripted.requests) == 4
+    scripted.script(None, Script(200))
+    clock.advance(0.1)
+    assert dispatcher.deliver_due() == 10  # the probe got through: the whole backlog follows
+    assert dispatcher.backlog() == {"oncall": 0}
+
+
+def test_a_404_is_parked_at_once_with_its_status_and_a_bounded_body_excerpt(
+    make_scripted, make_dispatcher, metrics, clock
+) -> None:
+    scripted = make_scripted()
+    missing, later = make_alert(), make_alert()
+    scripted.script(missing["alert_id"], Script(404, body="no hook named oncall here\n" + "x" * 5000))
+    dispatcher = make_dispatcher([endpoint("oncall", scripted.url())])
+    dispatcher.enqueue([missing])
+    dispatcher.deliver_due()
+    (parked,) = dispatcher.outbox.parked("oncall")
+    assert (parked.alert_id, parked.reason, parked.attempts, parked.last_status) == (
+        missing["alert_id"],
+        "rejected",
+        1,
+        404,
+    )
+    assert parked.last_body.startswith("no hook named oncall here xxx") and len(parked.last_body) == 500
+    assert parked.last_error.startswith("HTTP 404 no hook named oncall here")
+    assert sample(metrics, "fencewatch_webhook_parkings_total", endpoint="oncall", reason="rejected") == 1
+    # A rejected alert says nothing about the next one: it is sent at once.
+    dispatcher.enqueue([later])
+    assert dispatcher.deliver_due() == 1
+
+
+def test_a_redirect_is_parked_naming_its_location_and_is_not_followed(
+    make_scripted, make_dispatcher, metrics
+) -> None:
+    scripted, elsewhere = make_scripted(), make_scripted()
+    alert = make_alert()
+    target = elsewhere.url("/moved-hook")
+    scripted.script(alert["alert_id"], Script(302, headers={"Location": target}, body=""))
+    dispatcher = make_dispatcher([endpoint("oncall", scripted.url())])
+    dispatcher.enqueue([alert])
+    assert dispatcher.deliver_due() == 0
+    (parked,) = dispatcher.outbox.parked("oncall")
+    assert (parked.reason, parked.last_status, parked.attempts) == ("redirect", 302, 1)
+    assert f"a redirect to {target}" in parked.last_error
+    assert "redirects are not followed" in parked.last_error
+    assert elsewhere.requests == []  # the signed alert never went to the other URL
+    assert sample(metrics, "fencewatch_webhook_failures_total", endpoint="oncall", reason="http_3xx") == 1
+    assert sample(metrics, "fencewatch_webhook_parkings_total", endpoint="oncall", reason="redirect") == 1
+
+
+def http_date(unix_seconds: float) -> str:
+    return email.utils.formatdate(unix_seconds, usegmt=True)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "expected_wait"),
+    [
+        (lambda now: "99999999", 120.0),
+        (lambda now: "9" * 400, 120.0),
+        (lambda now: "Fri, 31 Dec 9999 23:59:59 GMT", 120.0),
+        (lambda now: http_date(now + 30), 30.0),
+        (lambda now: "soon", 5.0),  # not a Retry-After: the endpoint's own backoff
+    ],
+    ids=["huge-seconds", "400-digits", "year-9999", "date-in-30s", "malformed"],
+)
+def test_retry_after_is_capped_by_the_max_backoff(
+    make_scripted, make_dispatcher, clock, retry_after, expected_wait
+) -> None:
+    scripted = make_scripted()
+    scripted.script(None, Script(429, headers={"Retry-After": retry_after(clock.now)}))
+    dispatcher = make_dispatcher(
+        [endpoint("oncall", scripted.url(), backoff_base_seconds=5.0, backoff_cap_seconds=120.0)]
+    )
+    dispatcher.enqueue([make_alert()])
+    dispatcher.deliver_due()
+    assert dispatcher.outbox.next_attempt_at("oncall") == clock.now + expected_wait
+    scripted.script(None, Script(200))
+    dispatcher.enqueue([make_alert()])
+    clock.advance(expected_wait - 0.5)
+    dispatcher.deliver_due()
+    assert len(scripted.requests) == 1  # the whole endpoint waits, not just that alert
+    clock.advance(0.5)
+    assert dispatcher.deliver_due() == 2
+
+
+@pytest.mark.parametrize("drip_body_only", [False, True], ids=["status-line-and-headers", "body"])
+def test_a_server_dripping_bytes_is_cut_off_at_the_deadline(
+    make_scripted, make_dispatcher, metrics, drip_body_only
+) -> None:
+    scripted = make_scripted()
+    # One byte every 0.25 s: each read is quick, but the whole answer would take a minute.
+    scripted.script(None, Script(200, body="x" * 200, drip_seconds=0.25, drip_body_only=drip_body_only))
+    dispatcher = make_dispatcher([endpoint("slow", scripted.url(), timeout_seconds=1.0)])
+    alert = make_alert()
+    dispatcher.enqueue([alert])
+    assert dispatcher.deliver_due() == 0
+    assert dispatcher.outbox.states("slow") == {alert["alert_id"]: PENDING}
+    assert sample(metrics, "fencewatch_webhook_failures_total", endpoint="slow", reason="timeout") == 1
+    # The sender hung up: the server found out while it still had most of the answer to send.
+    wait_for(lambda: bool(scripted.cuts))
+    (cut,) = scripted.cuts
+    assert cut.sent < cut.total / 2
+
+
 # ---- giving up -----------------------------------------------------------------------------------
 
 
-def test_a_4xx_is_dropped_with_a_log_line_naming_status_and_endpoint(
+def test_a_4xx_is_parked_with_a_log_line_naming_status_and_endpoint(
     make_receiver, make_dispatcher, metrics, clock, caplog
 ) -> None:
     receiver = make_receiver()
@@ -472,18 +701,19 @@ def test_a_4xx_is_dropped_with_a_log_line_naming_status_and_endpoint(
         dispatcher.deliver_due()
     # Each alert is judged on its own: a 400 is about that request, not the endpoint.
     assert receiver.requests == 2
-    assert dispatcher.outbox.states("chat") == {first["alert_id"]: DROPPED, second["alert_id"]: DROPPED}
-    assert sample(metrics, "fencewatch_webhook_dropped_total", endpoint="chat") == 2
+    assert dispatcher.outbox.states("chat") == {first["alert_id"]: PARKED, second["alert_id"]: PARKED}
+    assert sample(metrics, "fencewatch_webhook_parkings_total", endpoint="chat", reason="rejected") == 2
+    assert sample(metrics, "fencewatch_webhook_parked", endpoint="chat") == 2
     assert sample(metrics, "fencewatch_webhook_failures_total", endpoint="chat", reason="http_4xx") == 2
-    lines = [r.getMessage() for r in caplog.records if "dropped alert" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "parked alert" in r.getMessage()]
     assert len(lines) == 2 and all("webhook chat:" in line and "HTTP 400" in line for line in lines)
     receiver.answer_with(None)
     clock.advance(3600)
-    assert dispatcher.deliver_due() == 0
+    assert dispatcher.deliver_due() == 0  # parked rows wait for an operator, not for time
     assert receiver.requests == 2
 
 
-def test_alerts_older_than_max_age_are_dropped(
+def test_alerts_older_than_max_age_are_parked_with_their_last_answer(
     make_receiver, make_dispatcher, metrics, clock, caplog
 ) -> None:
     receiver = make_receiver()
@@ -501,11 +731,22 @@ def test_alerts_older_than_max_age_are_dropped(
     with caplog.at_level(logging.WARNING, logger="streaming.webhooks"):
         assert dispatcher.deliver_due() == 0
     assert receiver.received == []
-    assert set(dispatcher.outbox.states("oncall").values()) == {DROPPED}
-    assert sample(metrics, "fencewatch_webhook_dropped_total", endpoint="oncall") == 2
+    assert set(dispatcher.outbox.states("oncall").values()) == {PARKED}
+    assert sample(metrics, "fencewatch_webhook_parkings_total", endpoint="oncall", reason="max_age") == 2
+    assert sample(metrics, "fencewatch_webhook_parked", endpoint="oncall") == 2
     assert dispatcher.backlog() == {"oncall": 0}
-    assert "webhook oncall: dropped 2 alert(s) undelivered for over max_age_seconds=60" in caplog.text
-    # Dropped rows still de-duplicate: a re-run batch does not queue them again.
+    assert "webhook oncall: parked 2 alert(s) still undelivered after max_age_seconds=60" in caplog.text
+    # The 503s held the endpoint back: only the oldest alert was tried (twice), and keeps its answer.
+    first, second = dispatcher.outbox.parked("oncall")
+    assert (first.alert_id, first.reason, first.attempts, first.last_status) == (
+        alerts[0]["alert_id"],
+        "max_age",
+        2,
+        503,
+    )
+    assert "answering 503 as told" in first.last_body and first.last_error.startswith("HTTP 503")
+    assert (second.alert_id, second.attempts, second.last_error) == (alerts[1]["alert_id"], 0, "")
+    # Parked rows still de-duplicate: a re-run batch does not queue them again.
     assert dispatcher.enqueue(alerts) == 0
 
 
@@ -569,8 +810,8 @@ def test_urls_and_secrets_never_appear_in_logs(make_receiver, make_dispatcher, c
     messages = caplog.text + "\n".join(r.getMessage() for r in caplog.records)
     # Every path the URL could take into a log was exercised ...
     assert "<url of oncall>" in messages  # httpx's own request log line, redacted
-    assert "webhook dead:" in messages and "webhook oncall: dropped alert" in messages
-    assert "webhook wrongkey: dropped alert" in messages
+    assert "webhook dead:" in messages and "webhook oncall: parked alert" in messages
+    assert "webhook wrongkey: parked alert" in messages
     # ... and none of them shows it.
     for secret in ("T0SECRET", "xoxSECRETPATH", "DEADSECRETTOKEN", SECRET.decode(), "WRONGKEY"):
         assert secret not in messages

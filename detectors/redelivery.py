@@ -1,0 +1,190 @@
+"""At-least-once input: recognising a record delivered again, and putting an
+offset-ordered source back in its own order.
+
+Shippers re-ship what they had not marked done, dumps arrive one segment at a
+time and files are replayed in any order. A record delivered twice must change
+nothing, and two different records must never be taken for one. Each record
+therefore has an identity that a re-delivery keeps:
+
+- a metadata record, and a remote-log-metadata record that carries one: its
+  offset in its log (``__cluster_metadata``, ``__remote_log_metadata``);
+- a request-log line: its node, its time and its whole body (correlation ids
+  repeat across connections and clients, so no field alone will do);
+- a quorum-state observation: its node, time and content, and also, as the
+  file has no time of its own and a shipper that restarts publishes the state
+  it holds again with a new time, a repeat of the node's newest state;
+- anything else without an offset: its time and its whole body.
+
+Offset-ordered sources are applied in offset order (:class:`OffsetOrder`);
+the others are checked against the identities seen in the detector's window
+(:class:`RecentIds`, :class:`RememberedIds`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from hashlib import blake2b
+
+import orjson
+
+from detectors.envelope import Envelope
+
+
+def content_identity(env: Envelope, *, with_time: bool = True) -> bytes:
+    """A digest of what the record says (node, body and, unless the source has
+    no time of its own, ``ts_ms``), never of where it was read from."""
+    digest = blake2b(orjson.dumps(env.body, option=orjson.OPT_SORT_KEYS), digest_size=16)
+    digest.update(f"|{env.kind}|{env.node}|{env.ts_ms if with_time else ''}".encode())
+    return digest.digest()
+
+
+class RecentIds:
+    """Identities of the records whose grace window is still open.
+
+    A record arriving after its window closed (``ts_ms + grace_ms`` behind the
+    watermark) is refused by the detector anyway, so an identity can be
+    forgotten once its window closes: memory follows the event rate times the
+    window, not the history."""
+
+    __slots__ = ("_ids", "_order")
+
+    def __init__(self) -> None:
+        self._ids: dict[bytes, int] = {}
+        self._order: deque[tuple[int, bytes]] = deque()  # (forget after this watermark, id)
+
+    def add(self, identity: bytes, until_ms: int) -> bool:
+        """Remember ``identity`` until the watermark passes ``until_ms``.
+        False if it is remembered already (a re-delivery)."""
+        if identity in self._ids:
+            return False
+        self._ids[identity] = until_ms
+        self._order.append((until_ms, identity))
+        return True
+
+    def forget(self, watermark_ms: int) -> None:
+        # Arrival order is ts order within lateness: an entry that expires later
+        # than its successors only stays a little longer than it must.
+        order = self._order
+        while order and order[0][0] < watermark_ms:
+            _, identity = order.popleft()
+            del self._ids[identity]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+class RememberedIds:
+    """The last ``capacity`` identities of a rare kind of record (quorum
+    states: a few per election), kept regardless of time: a record that needs
+    no grace window is judged however late it comes, so its re-delivery must
+    be recognised however late too."""
+
+    __slots__ = ("_capacity", "_ids")
+
+    def __init__(self, capacity: int = 10_000):
+        self._capacity = capacity
+        self._ids: OrderedDict[bytes, None] = OrderedDict()
+
+    def add(self, identity: bytes) -> bool:
+        """False if ``identity`` is remembered already."""
+        if identity in self._ids:
+            self._ids.move_to_end(identity)
+            return False
+        self._ids[identity] = None
+        if len(self._ids) > self._capacity:
+            self._ids.popitem(last=False)
+        return True
+
+
+class Arrival(Enum):
+    """What :meth:`OffsetOrder.offer` made of a record."""
+
+    APPLY = "apply"  # next in offset order: apply it now (then whatever :meth:`OffsetOrder.ready` gives)
+    HELD = "held"  # ahead of a gap: held until the gap fills or its time has passed
+    DUPLICATE = "duplicate"  # this offset was applied or is held already
+    OUT_OF_ORDER = "out_of_order"  # older than offsets applied already, and never applied itself
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Offsets passed over when a held record was applied (control records,
+    compacted or missing records): one that arrives later is out of order."""
+
+    first: int
+    last: int
+
+
+class OffsetOrder:
+    """One offset-ordered log (a cluster's metadata log, its remote-log-metadata
+    topic) applied in offset order, whatever order its records arrive in.
+
+    The next offset is applied at once. The first record, and a record past a
+    gap, is held: Kafka logs
+    have gaps of their own (control records such as LeaderChange take offsets,
+    and dump tools skip them), so a held record waits only until the event-time
+    watermark passes its ``ts_ms``; by then, within the detector's lateness
+    contract, every earlier record has arrived. An offset at or below the last
+    applied one is a re-delivery if it was applied, and out of order if it was
+    passed over: the view cannot be rewound to take it.
+    """
+
+    MAX_GAPS = 10_000
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+        self._held: list[tuple[int, Envelope]] = []  # heap by offset
+        self._held_offsets: set[int] = set()
+        self.gaps: deque[Gap] = deque()
+
+    def offer(self, env: Envelope) -> Arrival:
+        offset = env.offset
+        assert offset is not None
+        last = self.last
+        if last is not None and offset <= last:
+            return Arrival.OUT_OF_ORDER if self._passed_over(offset) else Arrival.DUPLICATE
+        if offset in self._held_offsets:
+            return Arrival.DUPLICATE
+        if last is not None and offset == last + 1:
+            self.last = offset
+            return Arrival.APPLY
+        heapq.heappush(self._held, (offset, env))
+        self._held_offsets.add(offset)
+        return Arrival.HELD
+
+    def ready(self, watermark_ms: int | None) -> Iterator[Envelope]:
+        """Held records to apply now, in offset order: those that follow the
+        last applied offset, and those whose time the watermark has passed
+        (None: end of input, everything)."""
+        held = self._held
+        while held:
+            offset, env = held[0]
+            contiguous = self.last is not None and offset == self.last + 1
+            if not contiguous and watermark_ms is not None and env.ts_ms > watermark_ms:
+                return
+            heapq.heappop(held)
+            self._held_offsets.discard(offset)
+            if not contiguous:
+                # Before the first record applied, the gap is everything earlier:
+                # a log (a dump) may begin at any offset.
+                self._pass_over(Gap(-1 if self.last is None else self.last + 1, offset - 1))
+            self.last = offset
+            yield env
+
+    def held_count(self) -> int:
+        return len(self._held)
+
+    def _pass_over(self, gap: Gap) -> None:
+        if gap.first > gap.last:
+            return
+        self.gaps.append(gap)
+        if len(self.gaps) > self.MAX_GAPS:
+            self.gaps.popleft()
+
+    def _passed_over(self, offset: int) -> bool:
+        # Gaps are few (one per control record or lost record) and searched only
+        # for records at or below the last applied offset: re-deliveries.
+        return any(g.first <= offset <= g.last for g in reversed(self.gaps))

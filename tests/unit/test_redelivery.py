@@ -1,0 +1,224 @@
+"""At-least-once input: re-delivered records, input cut into files at any
+point and files named in any order change no alert (detectors.redelivery,
+detectors.sources); distinct records are never taken for one; an
+offset-ordered log is applied in offset order or its stray record becomes a
+dead letter.
+
+The properties run simulated histories (every fault kind) through replay's own
+path: JSONL bytes, ``read_envelopes`` per file, ``merge_sources``, the Detector.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Sequence
+from itertools import pairwise
+
+import orjson
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+import detectors.rules  # noqa: F401  (registers every rule)
+from detectors.config import DetectorConfig
+from detectors.engine import TOO_LATE, Detector
+from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_from_obj
+from detectors.errors import KafkaError
+from detectors.merge import merge_sources
+from detectors.redelivery import Arrival, OffsetOrder
+from detectors.sources import read_envelopes
+from producers import shapes as s
+from producers.simulator import SimConfig, Simulator
+
+CONFIG = DetectorConfig()
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+NO_SHRINK = settings(max_examples=3, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+
+
+def simulated_lines(seed: int, events: int, fault_rate: float) -> list[bytes]:
+    sim = Simulator(SimConfig(seed=seed, fault_rate=fault_rate, warmup_ms=3_000))
+    return [orjson.dumps(raw) + b"\n" for raw in sim.events(events)]
+
+
+def replay(files: Sequence[Sequence[bytes]]) -> tuple[list[str], Detector, list[DeadLetter]]:
+    """Alert ids (sorted), the detector and its dead letters, for files given
+    in this order, each a list of JSONL lines."""
+    detector = Detector(CONFIG, now_ms=lambda: 0)
+    streams = [read_envelopes(io.BytesIO(b"".join(lines)), f"file{i}") for i, lines in enumerate(files)]
+    letters: list[DeadLetter] = []
+    for item in merge_sources(streams, CONFIG.lateness_ms):
+        if isinstance(item, DeadLetter):
+            letters.append(item)
+        else:
+            letters.extend(detector.ingest(item))
+    letters.extend(detector.flush())
+    return sorted(a.alert_id for a in detector.drain()), detector, letters
+
+
+def cut(lines: Sequence[bytes], points: Sequence[int]) -> list[list[bytes]]:
+    bounds = [0, *sorted(points), len(lines)]
+    return [list(lines[a:b]) for a, b in pairwise(bounds) if b > a]
+
+
+@NO_SHRINK
+@given(
+    seed=seeds,
+    fault_rate=st.sampled_from([0.005, 0.01, 0.02]),
+    pieces=st.integers(2, 6),
+    shuffle_seed=seeds,
+)
+def test_any_cut_into_files_in_any_order_gives_the_clean_alerts(seed, fault_rate, pieces, shuffle_seed):
+    lines = simulated_lines(seed, 16_000, fault_rate)
+    clean, _, _ = replay([lines])
+    assert clean, "no alert to compare"
+    rng = random.Random(shuffle_seed)
+    files = cut(lines, rng.sample(range(1, len(lines)), pieces - 1))
+    rng.shuffle(files)
+    ids, detector, letters = replay(files)
+    assert letters == []
+    assert ids == clean
+    assert detector.counters.duplicates == 0
+
+
+@NO_SHRINK
+@given(
+    seed=seeds,
+    fault_rate=st.sampled_from([0.005, 0.01, 0.02]),
+    how=st.sampled_from(["whole", "prefix", "suffix", "slice", "random"]),
+    shuffle_seed=seeds,
+)
+def test_any_redelivery_of_any_subset_gives_the_clean_alerts(seed, fault_rate, how, shuffle_seed):
+    lines = simulated_lines(seed, 16_000, fault_rate)
+    clean, _, _ = replay([lines])
+    rng = random.Random(shuffle_seed)
+    a, b = sorted(rng.sample(range(len(lines)), 2))
+    again = {
+        "whole": lines,
+        "prefix": lines[:b],
+        "suffix": lines[a:],
+        "slice": lines[a:b],
+        "random": [line for line in lines if rng.random() < 0.3],
+    }[how]
+    files = [lines, again]
+    rng.shuffle(files)
+    ids, detector, letters = replay(files)
+    assert letters == []
+    assert ids == clean
+    assert detector.counters.duplicates == len(again)
+
+
+@NO_SHRINK
+@given(seed=seeds, shuffle_seed=seeds)
+def test_metadata_cut_where_neighbours_share_a_millisecond_in_reverse_order(seed, shuffle_seed):
+    lines = simulated_lines(seed, 16_000, 0.01)
+    clean, _, _ = replay([lines])
+    metadata = [line for line in lines if b'"kind":"metadata"' in line]
+    rest = [line for line in lines if b'"kind":"metadata"' not in line]
+    stamps = [orjson.loads(line)["ts_ms"] for line in metadata]
+    shared = [i for i in range(1, len(stamps)) if stamps[i] == stamps[i - 1]]
+    assert shared, "no two metadata records share a millisecond"
+    at = random.Random(shuffle_seed).choice(shared)
+    ids, _, letters = replay([metadata[at:], metadata[:at], rest])
+    assert letters == []
+    assert ids == clean
+
+
+# ---- distinct records are never merged -------------------------------------------------------
+
+
+def test_requests_differing_only_in_correlation_id_are_both_judged(cluster):
+    cluster.change(10_000, leader=2)
+    for correlation_id in (7, 8):
+        cluster.request(13_000, 1, s.produce("orders", 0, KafkaError.NONE), correlation_id=correlation_id)
+    outcome = cluster.run()
+    assert outcome.counters.duplicates == 0
+    assert len(outcome.alerts) == 2
+
+
+def test_the_same_request_line_from_two_nodes_or_two_times_is_two_records(cluster):
+    cluster.change(10_000, leader=2)
+    body = s.produce("orders", 0, KafkaError.NONE)
+    for ts_ms, node in ((13_000, 1), (13_000, 3), (13_001, 1)):
+        cluster.request(ts_ms, node, body, correlation_id=5)
+    outcome = cluster.run()
+    assert outcome.counters.duplicates == 0
+    assert sorted((a.node, a.ts_ms) for a in outcome.alerts) == [(1, 13_000), (1, 13_001), (3, 13_000)]
+
+
+def test_one_line_delivered_three_times_is_judged_once(cluster):
+    cluster.change(10_000, leader=2)
+    line = cluster.request(13_000, 1, s.produce("orders", 0, KafkaError.NONE))
+    cluster.add(line.to_dict())
+    cluster.add(line.to_dict())
+    outcome = cluster.run()
+    assert outcome.counters.duplicates == 2
+    assert len(outcome.alerts) == 1
+
+
+def test_equal_metadata_records_at_different_offsets_are_both_applied(cluster):
+    record = s.partition_change(cluster.topic_id, 0, leader=2)
+    cluster.metadata(5000, record)
+    cluster.metadata(5000, record)  # the next offset: a second change, not a re-delivery
+    state = cluster.run().view.partition((cluster.topic_id, 0))
+    assert state is not None
+    assert (state.latest.leader_epoch, state.latest.partition_epoch) == (2, 2)
+
+
+def test_a_quorum_state_that_comes_back_after_another_is_a_new_observation(cluster):
+    follower = s.quorum_state(1001, 6, 1001, [1001, 1002, 1003])
+    regressed = s.quorum_state(-1, 5, -1, [1001, 1002, 1003])
+    cluster.quorum_state(20_000, 1002, follower)
+    cluster.quorum_state(21_000, 1002, regressed)
+    cluster.quorum_state(22_000, 1002, follower)  # back to epoch 6: the file was rewritten
+    cluster.quorum_state(22_500, 1002, follower)  # a restarted shipper publishes it again
+    outcome = cluster.run()
+    assert outcome.counters.duplicates == 1
+    assert outcome.counters.events["quorum_state"] == 3
+
+
+# ---- offset order and lateness ---------------------------------------------------------------
+
+
+def _metadata(offset: int, ts_ms: int) -> Envelope:
+    return envelope_from_obj(s.envelope("c", "metadata", ts_ms, s.feature_level(21), offset=offset))
+
+
+def test_offset_order_holds_a_record_past_a_gap_until_its_time_has_passed():
+    log = OffsetOrder()
+    assert log.offer(_metadata(10, 1000)) is Arrival.HELD  # the first: the log may have begun earlier
+    assert [e.offset for e in log.ready(watermark_ms=1000)] == [10]
+    assert log.offer(_metadata(12, 1001)) is Arrival.HELD
+    assert log.offer(_metadata(12, 1001)) is Arrival.DUPLICATE
+    assert list(log.ready(watermark_ms=1000)) == []
+    assert [e.offset for e in log.ready(watermark_ms=1001)] == [12]
+    assert log.offer(_metadata(11, 1000)) is Arrival.OUT_OF_ORDER  # passed over: too late to apply
+    assert log.offer(_metadata(10, 1000)) is Arrival.DUPLICATE
+    assert log.offer(_metadata(9, 990)) is Arrival.OUT_OF_ORDER  # before the first applied
+
+
+def test_offset_order_applies_a_filled_gap_and_its_held_successors_at_once():
+    log = OffsetOrder()
+    log.offer(_metadata(1, 1000))
+    assert [e.offset for e in log.ready(watermark_ms=1000)] == [1]
+    assert log.offer(_metadata(3, 1002)) is Arrival.HELD
+    assert log.offer(_metadata(4, 1003)) is Arrival.HELD
+    assert log.offer(_metadata(2, 1001)) is Arrival.APPLY
+    assert [e.offset for e in log.ready(watermark_ms=0)] == [3, 4]
+    assert log.held_count() == 0
+
+
+def test_a_metadata_record_out_of_offset_order_beyond_lateness_is_a_dead_letter(cluster):
+    cluster.metadata(5000, s.partition_change(cluster.topic_id, 0, leader=2), offset=100)
+    cluster.metadata(5001, s.partition_change(cluster.topic_id, 0, leader=3), offset=102)
+    cluster.metadata(9000, s.feature_level(21), offset=103)  # the watermark passes 5001: 102 applied
+    cluster.metadata(9001, s.partition_change(cluster.topic_id, 0, leader=1), offset=101)  # too late
+    outcome = cluster.run()
+    [letter] = outcome.dead_letters
+    assert letter.kind is DeadLetterClass.OUT_OF_ORDER
+    assert "offset 101 arrived after offset 103 was applied" in letter.reason
+    state = outcome.view.partition((cluster.topic_id, 0))
+    assert state is not None and (state.latest.leader, state.latest.leader_epoch) == (3, 2)
+
+
+def test_the_too_late_reason_names_its_cause():
+    assert "grace window" in TOO_LATE
