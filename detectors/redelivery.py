@@ -23,9 +23,9 @@ the others are checked against the identities seen in the detector's window
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import Enum
 from hashlib import blake2b
 
@@ -109,15 +109,6 @@ class Arrival(Enum):
     OUT_OF_ORDER = "out_of_order"  # older than offsets applied already, and never applied itself
 
 
-@dataclass(frozen=True, slots=True)
-class Gap:
-    """Offsets passed over when a held record was applied (control records,
-    compacted or missing records): one that arrives later is out of order."""
-
-    first: int
-    last: int
-
-
 class OffsetOrder:
     """One offset-ordered log (a cluster's metadata log, its remote-log-metadata
     topic) applied in offset order, whatever order its records arrive in.
@@ -138,7 +129,11 @@ class OffsetOrder:
         self.last: int | None = None
         self._held: list[tuple[int, Envelope]] = []  # heap by offset
         self._held_offsets: set[int] = set()
-        self.gaps: deque[Gap] = deque()
+        # Offset ranges passed over when a held record was applied (control
+        # records, missing records), in offset order: one that arrives later is
+        # out of order. Two lists so that a look-up is a bisection.
+        self._gap_firsts: list[int] = []
+        self._gap_lasts: list[int] = []
 
     def offer(self, env: Envelope) -> Arrival:
         offset = env.offset
@@ -170,21 +165,23 @@ class OffsetOrder:
             if not contiguous:
                 # Before the first record applied, the gap is everything earlier:
                 # a log (a dump) may begin at any offset.
-                self._pass_over(Gap(-1 if self.last is None else self.last + 1, offset - 1))
+                self._pass_over(-1 if self.last is None else self.last + 1, offset - 1)
             self.last = offset
             yield env
 
     def held_count(self) -> int:
         return len(self._held)
 
-    def _pass_over(self, gap: Gap) -> None:
-        if gap.first > gap.last:
+    def _pass_over(self, first: int, last: int) -> None:
+        if first > last:
             return
-        self.gaps.append(gap)
-        if len(self.gaps) > self.MAX_GAPS:
-            self.gaps.popleft()
+        self._gap_firsts.append(first)
+        self._gap_lasts.append(last)
+        if len(self._gap_firsts) > self.MAX_GAPS:
+            # The oldest go: an offset that old arriving now counts as a duplicate.
+            del self._gap_firsts[: self.MAX_GAPS // 10]
+            del self._gap_lasts[: self.MAX_GAPS // 10]
 
     def _passed_over(self, offset: int) -> bool:
-        # Gaps are few (one per control record or lost record) and searched only
-        # for records at or below the last applied offset: re-deliveries.
-        return any(g.first <= offset <= g.last for g in reversed(self.gaps))
+        i = bisect_right(self._gap_firsts, offset) - 1
+        return i >= 0 and offset <= self._gap_lasts[i]
