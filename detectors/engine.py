@@ -83,11 +83,24 @@ class _Cluster(ClusterState):
         self.max_ts_ms: int | None = None
         self.pending: list[tuple[int, int, int, Judgment]] = []
         self.expired_at_ms = 0
+        self._start_redelivery_state()
+
+    def _start_redelivery_state(self) -> None:
+        """What recognises re-delivered records (detectors.redelivery)."""
         self.metadata_log = OffsetOrder()
         self.remote_log = OffsetOrder()
         self.recent_ids = RecentIds()
         self.quorum_state_ids = RememberedIds()
         self.quorum_states: dict[int, bytes] = {}  # node -> its newest state's content identity
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a pickled snapshot. One written before re-deliveries were
+        recognised (up to 06212d9) has none of their state: it starts empty,
+        and the metadata log resumes after the last offset that release applied."""
+        self.__dict__.update(state)
+        if "metadata_log" not in state:
+            self._start_redelivery_state()
+            self.metadata_log.last = state["view"].__dict__.pop("last_metadata_offset", None)
 
     def ordered_log(self, env: Envelope) -> OffsetOrder | None:
         """The offset-ordered log ``env`` belongs to, if it carries its offset."""
@@ -275,8 +288,6 @@ class Detector:
         kind = env.kind
         if kind == "metadata":
             self.counters.bump(self.counters.events, "metadata")
-            if env.offset is not None:
-                cs.view.last_metadata_offset = env.offset
             change = cs.view.apply(env)
             if change is not None:
                 rules.isr.judge_change(cs, change)
@@ -333,7 +344,7 @@ class Detector:
         if error != 0:
             return
         self._accepted_controller_epoch(cs, env, controller_epoch)
-        if cs.view.last_metadata_offset is not None or cs.metadata_log.held_count():
+        if cs.metadata_log.started():
             return  # the metadata log is authoritative
         for p in partitions:
             if p.error != 0:

@@ -172,6 +172,10 @@ class OffsetOrder:
     def held_count(self) -> int:
         return len(self._held)
 
+    def started(self) -> bool:
+        """Whether any record of this log has arrived (applied or held)."""
+        return self.last is not None or bool(self._held)
+
     def _pass_over(self, first: int, last: int) -> None:
         if first > last:
             return

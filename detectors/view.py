@@ -99,7 +99,6 @@ class ClusterView:
         self.topic_ids_by_name: dict[str, History[str | None]] = {}
         self.partitions = partitions if partitions is not None else {}
         self.metadata_version: int | None = None
-        self.last_metadata_offset: int | None = None
         self._deletions: deque[tuple[int, str]] = deque()
 
     # ---- lookups used by the rules -------------------------------------------------

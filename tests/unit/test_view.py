@@ -222,7 +222,7 @@ def test_duplicate_metadata_offsets_are_skipped_and_counted(cluster):
     state = partition_state(outcome)
     assert (state.leader, state.leader_epoch, state.partition_epoch) == (2, 1, 1)
     assert outcome.counters.duplicates == 2
-    assert outcome.view.last_metadata_offset == 100
+    assert outcome.detector.cluster(cluster.cluster_name).metadata_log.last == 100
 
 
 def test_metadata_arriving_out_of_offset_order_is_applied_in_offset_order(cluster):
@@ -234,7 +234,7 @@ def test_metadata_arriving_out_of_offset_order_is_applied_in_offset_order(cluste
     assert (state.leader, state.leader_epoch, state.partition_epoch) == (2, 2, 2)
     assert outcome.counters.duplicates == 0
     assert outcome.dead_letters == []
-    assert outcome.view.last_metadata_offset == 100
+    assert outcome.detector.cluster(cluster.cluster_name).metadata_log.last == 100
 
 
 def test_metadata_without_offsets_is_always_applied(cluster):
