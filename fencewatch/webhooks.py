@@ -23,13 +23,16 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 if TYPE_CHECKING:
     from streaming.webhooks.outbox import Outbox, ParkedRow
+
+T = TypeVar("T")
 
 OUTBOX_ENV = "FENCEWATCH_WEBHOOK_OUTBOX"
 
@@ -99,16 +102,22 @@ def _endpoint_unknown(outbox: Outbox, endpoint: str | None) -> bool:
     return True
 
 
-def run_parked(args: argparse.Namespace) -> int:
+def _in_outbox(args: argparse.Namespace, action: Callable[[Outbox], T]) -> T | None:
+    """``action`` on the outbox ``--outbox`` names, closed after; None (said why) when
+    the file or ``--endpoint`` is not usable."""
     outbox = _open(args.outbox)
     if outbox is None:
-        return 1
+        return None
     try:
-        if _endpoint_unknown(outbox, args.endpoint):
-            return 1
-        rows = outbox.parked(args.endpoint)
+        return None if _endpoint_unknown(outbox, args.endpoint) else action(outbox)
     finally:
         outbox.close()
+
+
+def run_parked(args: argparse.Namespace) -> int:
+    rows = _in_outbox(args, lambda outbox: outbox.parked(args.endpoint))
+    if rows is None:
+        return 1
     if args.json:
         for row in rows:
             sys.stdout.write(orjson.dumps(_as_dict(row)).decode() + "\n")
@@ -119,15 +128,9 @@ def run_parked(args: argparse.Namespace) -> int:
 
 
 def run_resend(args: argparse.Namespace) -> int:
-    outbox = _open(args.outbox)
-    if outbox is None:
+    moved = _in_outbox(args, lambda outbox: outbox.resend(time.time(), args.endpoint, args.alert_id))
+    if moved is None:
         return 1
-    try:
-        if _endpoint_unknown(outbox, args.endpoint):
-            return 1
-        moved = outbox.resend(time.time(), args.endpoint, args.alert_id)
-    finally:
-        outbox.close()
     for endpoint, alert_id in moved:
         print(f"{endpoint}\t{alert_id}")
     _say(
