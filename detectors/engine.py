@@ -195,7 +195,8 @@ class Detector:
             env.position,
             f"{env.kind} offset {env.offset} arrived after offset {log.last} was applied and was never "
             "applied itself: the view cannot be rewound to take it. Ship this log in offset order "
-            "(replay orders it itself), or raise --lateness-ms if its sources lag each other",
+            "(replay merges a log cut into several files), or raise --lateness-ms if its records "
+            "arrive further apart than that",
             dumps(env.to_dict()),
             kind=DeadLetterClass.OUT_OF_ORDER,
         )
