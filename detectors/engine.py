@@ -182,7 +182,8 @@ class Detector:
             cs.quorum_states[env.node] = content
         else:
             until_ms = env.ts_ms + self.config.grace_ms
-            if cs.watermark_ms is not None and until_ms < cs.watermark_ms:
+            watermark = cs.watermark_ms
+            if watermark is not None and until_ms < watermark:
                 cs.unverified(TOO_LATE)
                 return False
             first = cs.recent_ids.add(content_identity(env), until_ms)

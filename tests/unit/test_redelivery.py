@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import detectors.rules  # noqa: F401  (registers every rule)
 from detectors.config import DetectorConfig
-from detectors.engine import TOO_LATE, Detector
+from detectors.engine import Detector
 from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_from_obj
 from detectors.errors import KafkaError
 from detectors.merge import merge_sources
@@ -218,7 +218,3 @@ def test_a_metadata_record_out_of_offset_order_beyond_lateness_is_a_dead_letter(
     assert "offset 101 arrived after offset 103 was applied" in letter.reason
     state = outcome.view.partition((cluster.topic_id, 0))
     assert state is not None and (state.latest.leader, state.latest.leader_epoch) == (3, 2)
-
-
-def test_the_too_late_reason_names_its_cause():
-    assert "grace window" in TOO_LATE
