@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.alerts import Alert, Evidence, make_alert_id
+from detectors.buckets import WHOLE, Bucket
 from detectors.config import DetectorConfig
 from detectors.envelope import Envelope
 from detectors.history import History
@@ -45,8 +46,18 @@ class Counters:
 
 
 class ClusterState:
-    def __init__(self, cluster: str, config: DetectorConfig, counters: Counters, now_ms: Callable[[], int]):
+    def __init__(
+        self,
+        cluster: str,
+        config: DetectorConfig,
+        counters: Counters,
+        now_ms: Callable[[], int],
+        bucket: Bucket = WHOLE,
+    ):
+        """``bucket``: the part of the cluster's partitions this state judges
+        (detectors.buckets); by default all of them."""
         self.cluster = cluster
+        self.bucket = bucket
         self.config = config
         self.counters = counters
         self.now_ms = now_ms

@@ -22,11 +22,13 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from detectors import rules
 from detectors.alerts import Alert, Evidence
+from detectors.buckets import PARTITION_RECORDS, WHOLE, Bucket
 from detectors.cluster import ClusterState, Counters
 from detectors.config import DetectorConfig
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, Unverified, dumps
@@ -94,10 +96,12 @@ class _Cluster(ClusterState):
         self.quorum_states: dict[int, bytes] = {}  # node -> its newest state's content identity
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Restore a pickled snapshot. One written before re-deliveries were
+        """Restore a pickled snapshot. One written before buckets (up to 67519df)
+        owned the whole cluster. One written before re-deliveries were
         recognised (up to 06212d9) has none of their state: it starts empty,
         and the metadata log resumes after the last offset that release applied."""
         self.__dict__.update(state)
+        self.__dict__.setdefault("bucket", WHOLE)
         if "metadata_log" not in state:
             self._start_redelivery_state()
             self.metadata_log.last = state["view"].__dict__.pop("last_metadata_offset", None)
@@ -122,27 +126,49 @@ class _Cluster(ClusterState):
 
 class Detector:
     """Feed envelopes with :meth:`ingest`; collect alerts with :meth:`drain`;
-    call :meth:`flush` at the end of a finite input to judge what is pending."""
+    call :meth:`flush` at the end of a finite input to judge what is pending.
 
-    def __init__(self, config: DetectorConfig | None = None, now_ms: Callable[[], int] = wall_clock_ms):
+    ``bucket``: the part of each cluster's partitions this detector judges,
+    when the streaming job splits a cluster over several (detectors.buckets);
+    by default all of them."""
+
+    def __init__(
+        self,
+        config: DetectorConfig | None = None,
+        now_ms: Callable[[], int] = wall_clock_ms,
+        bucket: Bucket = WHOLE,
+    ):
         self.config = config or DetectorConfig()
         self.now_ms = now_ms
+        self.bucket = bucket
         self.counters = Counters()
         self.clusters: dict[str, _Cluster] = {}
         self._arrivals = 0
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A detector pickled before buckets (up to 67519df) judged whole clusters.
+        self.__dict__.update(state)
+        self.__dict__.setdefault("bucket", WHOLE)
+
     def cluster(self, name: str) -> _Cluster:
         cs = self.clusters.get(name)
         if cs is None:
-            cs = self.clusters[name] = _Cluster(name, self.config, self.counters, self.now_ms)
+            cs = self.clusters[name] = _Cluster(
+                name, self.config, self.counters, self.now_ms, bucket=self.bucket
+            )
         return cs
 
-    def ingest(self, env: Envelope) -> list[DeadLetter]:
+    def ingest(self, env: Envelope, home: bool = True) -> list[DeadLetter]:
         """Take one event. Returns the dead letters it caused: its own if its
-        body cannot be used, and those of held records it released."""
+        body cannot be used, and those of held records it released.
+
+        ``home`` is False for a copy of a record that several buckets receive
+        and another bucket counts: the copy updates this bucket's view and is
+        judged for this bucket's partitions, but is not counted, dead-lettered
+        or judged for what belongs to no partition (detectors.buckets)."""
         cs = self.cluster(env.cluster)
         letters: list[DeadLetter] = []
-        if cs.max_ts_ms is not None and env.ts_ms < cs.max_ts_ms - self.config.lateness_ms:
+        if home and cs.max_ts_ms is not None and env.ts_ms < cs.max_ts_ms - self.config.lateness_ms:
             self.counters.late += 1
         advanced = cs.max_ts_ms is None or env.ts_ms > cs.max_ts_ms
         if advanced:
@@ -153,13 +179,13 @@ class Detector:
         if log is not None:
             arrival = log.offer(env)
             if arrival is Arrival.APPLY:
-                self._process(cs, env, letters)
-            elif arrival is Arrival.DUPLICATE:
+                self._process(cs, env, letters, home)
+            elif home and arrival is Arrival.DUPLICATE:
                 self.counters.duplicates += 1
-            elif arrival is Arrival.OUT_OF_ORDER:
+            elif home and arrival is Arrival.OUT_OF_ORDER:
                 letters.append(self._out_of_order(env, log))
-        elif self._first_delivery(cs, env):
-            self._process(cs, env, letters)
+        elif self._first_delivery(cs, env, home):
+            self._process(cs, env, letters, home)
         watermark = cs.watermark_ms
         assert watermark is not None
         # A late record's judgment may be due at once; an applied offset may free held successors.
@@ -167,7 +193,7 @@ class Detector:
             self._judge_due(cs, watermark, letters)
         return letters
 
-    def _first_delivery(self, cs: _Cluster, env: Envelope) -> bool:
+    def _first_delivery(self, cs: _Cluster, env: Envelope, home: bool) -> bool:
         """False for a record seen before (counted as a duplicate) and for one
         too late to judge (counted as unverified); see detectors.redelivery."""
         if env.kind == "quorum_state":
@@ -184,10 +210,11 @@ class Detector:
             until_ms = env.ts_ms + self.config.grace_ms
             watermark = cs.watermark_ms
             if watermark is not None and until_ms < watermark:
-                cs.unverified(TOO_LATE)
+                if home:
+                    cs.unverified(TOO_LATE)
                 return False
             first = cs.recent_ids.add(content_identity(env), until_ms)
-        if not first:
+        if home and not first:
             self.counters.duplicates += 1
         return first
 
@@ -205,18 +232,21 @@ class Detector:
         self.dead_letter(letter)
         return letter
 
-    def _process(self, cs: _Cluster, env: Envelope, letters: list[DeadLetter]) -> None:
+    def _process(self, cs: _Cluster, env: Envelope, letters: list[DeadLetter], home: bool) -> None:
         """Apply or schedule one first-delivered record."""
         try:
-            judgments = self._dispatch(cs, env)
+            judgments = self._dispatch(cs, env, home)
         except BadRecord as exc:
+            if not home:
+                return
             self.counters.bump(self.counters.events, "dead_letter")
             letter = exc.dead_letter(env.position)
             self.dead_letter(letter)
             letters.append(letter)
             return
         except Unverified as exc:
-            cs.unverified(exc.reason)
+            if home:
+                cs.unverified(exc.reason)
             return
         if judgments:
             self._schedule(cs, env, judgments)
@@ -266,7 +296,15 @@ class Detector:
         for log in (cs.metadata_log, cs.remote_log):
             if log.held_count():
                 for env in log.ready(watermark_ms):
-                    self._process(cs, env, letters)
+                    self._process(cs, env, letters, self._home_of_held(cs, env))
+
+    @staticmethod
+    def _home_of_held(cs: _Cluster, env: Envelope) -> bool:
+        """Whether a held record was its home bucket's copy. Only metadata is
+        fanned out to several buckets, and only what is not a partition's, with
+        bucket 0 its home (the split in detectors.buckets, and in
+        streaming/routing.py, decides the same from the record alone)."""
+        return cs.bucket.index == 0 or env.kind != "metadata" or env.body.get("type") in PARTITION_RECORDS
 
     def _judge_due(self, cs: _Cluster, watermark_ms: int | None, letters: list[DeadLetter]) -> None:
         self._release(cs, watermark_ms, letters)
@@ -286,44 +324,50 @@ class Detector:
 
     # ---- per-kind handling -----------------------------------------------------------
 
-    def _dispatch(self, cs: _Cluster, env: Envelope) -> list[Deferred]:
+    def _dispatch(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
         kind = env.kind
         if kind == "metadata":
-            self.counters.bump(self.counters.events, "metadata")
+            if home:
+                self.counters.bump(self.counters.events, "metadata")
             change = cs.view.apply(env)
             if change is not None:
                 rules.isr.judge_change(cs, change)
             return []
         if kind == "request":
-            return self._request(cs, env)
+            return self._request(cs, env, home)
+        # Quorum and remote log records are never copied to several buckets.
         if kind == "quorum_state":
             self.counters.bump(self.counters.events, "quorum_state")
             return rules.quorum.ingest_state(cs, env)
         self.counters.bump(self.counters.events, "remote_log_metadata")
         return rules.remote.ingest(cs, env)
 
-    def _request(self, cs: _Cluster, env: Envelope) -> list[Deferred]:
+    def _request(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
         h = header(env.body)
-        self.counters.bump(self.counters.events, _REQUEST_EVENT_KEYS.get(h.api_key, "request:unchecked"))
+        if home:
+            self.counters.bump(self.counters.events, _REQUEST_EVENT_KEYS.get(h.api_key, "request:unchecked"))
         body = env.body
+        owned = cs.bucket.owned
         if h.api_key == PRODUCE:
             acks = get_int(get_obj(body, "request", "body"), "acks", "body.request", bounds=INT16)
-            return [(rules.produce.judge, (h, acks, partition_outcomes(PRODUCE, body)))]
+            return [(rules.produce.judge, (h, acks, owned(partition_outcomes(PRODUCE, body))))]
         if h.api_key == FETCH and is_quorum_fetch(body):
             return rules.quorum.ingest_request(cs, env, h)
         if h.api_key in (FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH):
-            outcomes = rules.fetch.judged(partition_outcomes(h.api_key, body))
+            outcomes = owned(rules.fetch.judged(partition_outcomes(h.api_key, body)))
             return [(rules.fetch.judge, (h, outcomes))] if outcomes else []
         if h.api_key == STOP_REPLICA:
             request = stop_replica(h.api_version, body)
             if request.error == 0:
+                # Every bucket receives StopReplica: the epoch is the broker's, for all its partitions.
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
-            return [(rules.stop_replica.judge, (h, request))]
+            mine = replace(request, partitions=tuple(owned(request.partitions)))
+            return [(rules.stop_replica.judge, (h, mine, home))]
         if h.api_key == LEADER_AND_ISR:
             self._leader_and_isr(cs, env, h)
             return []
         if h.api_key == ALTER_PARTITION:
-            return [(rules.alter_partition.judge, (h, alter_partition(body)))]
+            return [(rules.alter_partition.judge, (h, alter_partition(body), home))]
         if h.api_key in (VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH):
             return rules.quorum.ingest_request(cs, env, h)
         return []
@@ -349,7 +393,7 @@ class Detector:
         if cs.metadata_log.started():
             return  # the metadata log is authoritative
         for p in partitions:
-            if p.error != 0:
+            if p.error != 0 or not cs.bucket.owns(p.partition):
                 continue
             key = own_topic_key(p.topic, p.topic_id)
             state = PartitionState(

@@ -34,6 +34,10 @@ def cluster_snapshot(state: Any) -> dict[str, Any]:
         open_alerts["QUORUM_ZOMBIE_LEADER"] = len(state.quorum.open_zombies)
     return {
         "cluster": state.cluster,
+        # Which part of the cluster this state judges (detectors.buckets): the
+        # driver sums buckets' counters, and takes cluster-wide facts from bucket 0.
+        "bucket": state.bucket.index,
+        "buckets": state.bucket.count,
         "events": dict(counters.events),
         "unverified": dict(counters.unverified),
         "dead_letters": dict(counters.dead_letters),
@@ -52,3 +56,32 @@ def cluster_snapshot(state: Any) -> dict[str, Any]:
         "open_alerts": open_alerts,
         "newest_event_ts_ms": state.max_ts_ms,
     }
+
+
+# Facts of the whole cluster, which every bucket's view holds alike (the
+# cluster-wide metadata reaches all buckets): read from bucket 0, never summed.
+CLUSTER_WIDE = ("brokers", "tracked_brokers", "tracked_topics", "tracked_partitions", "open_alerts")
+
+
+def merge_buckets(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cluster's snapshot from its buckets' snapshots (detectors.buckets):
+    counters and pending judgments summed, the newest event time the newest,
+    cluster-wide facts from bucket 0 (the home of quorum records too)."""
+    ordered = sorted(snapshots, key=lambda s: s.get("bucket", 0))
+    merged = {**ordered[0], "alerts": []}
+    for name in ("events", "unverified", "dead_letters"):
+        table: dict[str, int] = {}
+        for snap in ordered:
+            for key, n in snap[name].items():
+                table[key] = table.get(key, 0) + n
+        merged[name] = table
+    alerts: dict[tuple[str, str, str], int] = {}
+    for snap in ordered:
+        for rule, severity, status, n in snap["alerts"]:
+            alerts[(rule, severity, status)] = alerts.get((rule, severity, status), 0) + n
+    merged["alerts"] = [[*key, n] for key, n in alerts.items()]
+    for name in ("late", "duplicates", "pending_judgments"):
+        merged[name] = sum(snap[name] for snap in ordered)
+    times = [snap["newest_event_ts_ms"] for snap in ordered if snap["newest_event_ts_ms"] is not None]
+    merged["newest_event_ts_ms"] = max(times, default=None)
+    return merged

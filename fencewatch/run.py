@@ -12,6 +12,7 @@ from typing import Any
 from fencewatch.observability import add_observability_options, check_observability_paths, observability
 from fencewatch.options import add_detector_options, detector_config, output_dir
 from producers.kafka_publisher import SASL_PASSWORD_ENV, parse_config_pairs
+from streaming.bucket_layout import DEFAULT_BUCKETS, check_buckets
 
 
 def add_parser(sub: Any) -> None:
@@ -75,7 +76,18 @@ def add_parser(sub: Any) -> None:
         help="judge waiting events after a cluster is silent this long (default %(default)s)",
     )
     p.add_argument(
-        "--shuffle-partitions", type=int, default=2, help="Spark state partitions (default %(default)s)"
+        "--shuffle-partitions",
+        type=int,
+        default=2,
+        help="Spark state partitions: how many tasks share the buckets (default %(default)s)",
+    )
+    p.add_argument(
+        "--buckets",
+        type=positive_buckets,
+        default=None,
+        help="split each cluster's partitions into this many buckets, so one cluster's state and "
+        f"work spread over several tasks (default {DEFAULT_BUCKETS} for a new checkpoint; a "
+        "checkpoint keeps the count it was started with)",
     )
     p.add_argument(
         "--use-builtin-kafka",
@@ -86,6 +98,13 @@ def add_parser(sub: Any) -> None:
     add_observability_options(p)
     add_detector_options(p)
     p.set_defaults(run=run)
+
+
+def positive_buckets(text: str) -> int:
+    try:
+        return check_buckets(int(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--buckets ")) from None
 
 
 def kafka_settings(pairs: list[str]) -> dict[str, str]:
@@ -119,6 +138,7 @@ def _lock_checkpoint(stack: ExitStack, checkpoint: str) -> None:
 def run(args: argparse.Namespace) -> int:
     output_dir("fencewatch run", args.checkpoint, "--checkpoint")
     check_observability_paths(args, "fencewatch run")
+    from streaming.bucket_layout import LayoutMismatch
     from streaming.checkpoint_lock import CheckpointInUse
     from streaming.job import JobOptions, spark_session, start
     from streaming.sinks import CompactedSinkTopic
@@ -135,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         trigger_seconds=args.trigger_seconds,
         idle_flush_ms=args.idle_flush_ms,
         use_builtin_kafka=args.use_builtin_kafka,
+        buckets=args.buckets,
         detector=detector_config(args),
     )
     # Orchestrators stop services with SIGTERM: treat it as Ctrl-C, so the query
@@ -157,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                 metrics=obs.metrics,
                 webhooks=obs.webhooks,
             )
-        except CompactedSinkTopic as exc:
+        except (CompactedSinkTopic, LayoutMismatch) as exc:
             spark.stop()
             print(f"fencewatch run: {exc}", file=sys.stderr)
             return 1

@@ -34,10 +34,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 from py4j.protocol import Py4JJavaError
+
+from streaming.hadoop_directory import HadoopDirectory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,7 +90,7 @@ class DeliveryLedger:
 
     def __init__(self, spark: SparkSession, checkpoint: str):
         self.location = f"{checkpoint.rstrip('/')}/{MARKS_DIRECTORY}"
-        self._directory = _HadoopDirectory(spark, self.location)
+        self._directory = HadoopDirectory(spark, self.location)
 
     def newest(self, first_batch: int) -> PublishMark | None:
         """The newest readable mark of a batch not after ``first_batch``; None if there is none."""
@@ -109,47 +111,3 @@ class DeliveryLedger:
         for name in self._directory.names():
             if name.isdigit() and int(name) < mark.batch_id:
                 self._directory.delete(name)
-
-
-class _HadoopDirectory:
-    """A directory through Hadoop's FileSystem API (the driver's JVM, over py4j)."""
-
-    def __init__(self, spark: SparkSession, uri: str):
-        jvm: Any = spark._jvm
-        self._jvm = jvm
-        self._path = jvm.org.apache.hadoop.fs.Path(uri)
-        self._fs = self._path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[union-attr]
-
-    def _child(self, name: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(self._path, name)
-
-    def names(self) -> list[str]:
-        if not self._fs.exists(self._path):
-            return []
-        return [str(status.getPath().getName()) for status in self._fs.listStatus(self._path)]
-
-    def read(self, name: str) -> bytes:
-        stream = self._fs.open(self._child(name))
-        try:
-            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
-        finally:
-            stream.close()
-
-    def create(self, name: str, data: bytes) -> None:
-        """Write ``name`` whole or not at all (a temporary file, then a rename); keep an existing one."""
-        final = self._child(name)
-        if self._fs.exists(final):
-            return
-        self._fs.mkdirs(self._path)
-        temporary = self._child(f".{name}.tmp")
-        out = self._fs.create(temporary, True)
-        try:
-            out.write(bytearray(data))
-            out.hsync()
-        finally:
-            out.close()
-        if not self._fs.rename(temporary, final):
-            raise OSError(f"could not rename {temporary} to {final}")
-
-    def delete(self, name: str) -> None:
-        self._fs.delete(self._child(name), False)

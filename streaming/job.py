@@ -1,8 +1,9 @@
 """The streaming job: Kafka events in, alerts and dead letters out.
 
 source (fencewatch-kafka, or Spark's kafka connector)
-  -> key each record by cluster (the record key, else the envelope's field)
-  -> groupBy(cluster).transformWithStateInPandas(DetectorProcessor), RocksDB state
+  -> route each record to the buckets of its cluster that need it (Spark SQL:
+     streaming/routing.py, the split of detectors.buckets)
+  -> groupBy(cluster bucket).transformWithStateInPandas(DetectorProcessor), RocksDB state
   -> foreachBatch: webhook outbox, alerts topic + console, dead-letter topic,
      detector snapshots -> Prometheus metrics
 A StreamingQueryListener on the driver turns the query's progress into metrics.
@@ -20,18 +21,20 @@ from typing import TYPE_CHECKING, TextIO
 from prometheus_client import CollectorRegistry
 
 from detectors.config import DetectorConfig
+from streaming.bucket_layout import resolve_buckets
 from streaming.delivery_ledger import DeliveryLedger
 from streaming.kafka_source import read_events
 from streaming.listener import JobListener
 from streaming.metrics import Metrics
 from streaming.processor import DetectorProcessor
+from streaming.routing import route
 from streaming.schema import OUTPUT_SCHEMA
 from streaming.sinks import Sinks, TopicSink, refuse_compacted_topics
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from streaming.webhooks import Dispatcher
@@ -53,6 +56,8 @@ class JobOptions:
     trigger_seconds: float = 1.0
     idle_flush_ms: int = 10_000
     use_builtin_kafka: bool = False
+    # Buckets per cluster (detectors.buckets); None: the checkpoint's, or the default.
+    buckets: int | None = None
     detector: DetectorConfig = field(default_factory=DetectorConfig)
 
 
@@ -80,17 +85,6 @@ def spark_session(
     return session
 
 
-def key_by_cluster(events: DataFrame) -> DataFrame:
-    """The operator's input: each record's cluster (the record key, else the
-    envelope's field) and where the record came from."""
-    from pyspark.sql import functions as F
-
-    cluster = F.coalesce(
-        F.col("key"), F.get_json_object(F.col("value").cast("string"), "$.cluster"), F.lit("")
-    )
-    return events.select(cluster.alias("cluster"), "value", "topic", "partition", "offset")
-
-
 def start(
     spark: SparkSession,
     options: JobOptions,
@@ -102,7 +96,8 @@ def start(
     """Start the job; it runs until the returned query is stopped. With
     ``metrics``, the query's progress and the detector's counters feed them;
     with ``webhooks``, every alert enters its outbox (the caller starts it).
-    Raises ``CompactedSinkTopic`` if the alerts or dead-letter topic is compacted."""
+    Raises ``CompactedSinkTopic`` if the alerts or dead-letter topic is
+    compacted, ``LayoutMismatch`` if the checkpoint has another bucket count."""
     refuse_compacted_topics(
         options.bootstrap_servers, (options.alerts_topic, options.dead_letter_topic), options.kafka_config
     )
@@ -126,13 +121,14 @@ def start(
         source_options["maxEventsPerTrigger"] = str(options.max_events_per_trigger)
     if not options.use_builtin_kafka:
         source_options["idleTriggerMs"] = str(options.idle_flush_ms)
+    buckets = resolve_buckets(spark, options.checkpoint, options.buckets)
     events = read_events(spark, source_options, use_builtin_kafka=options.use_builtin_kafka)
     processor = DetectorProcessor(
-        options.detector, scope=options.checkpoint, idle_flush_ms=options.idle_flush_ms
+        options.detector, scope=options.checkpoint, idle_flush_ms=options.idle_flush_ms, buckets=buckets
     )
     detected = (
-        key_by_cluster(events)
-        .groupBy("cluster")
+        route(events, buckets)
+        .groupBy("key")
         .transformWithStateInPandas(
             statefulProcessor=processor,
             outputStructType=OUTPUT_SCHEMA,

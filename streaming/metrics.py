@@ -7,10 +7,11 @@ cluster, rule id, severity, status, event kind, Kafka API name, reason class,
 webhook endpoint name and source topic. No per-partition or per-broker series.
 
 Detector counters are not counted here: the stateful operator keeps them in
-its checkpointed state and ships a snapshot per cluster with each micro-batch
-(``detectors.stats``); :class:`DetectorCollector` exposes the newest snapshot
-at scrape time. So they restart from the checkpoint with the state, and a
-re-run batch never counts an event twice.
+its checkpointed state and ships a snapshot per cluster bucket with each
+micro-batch (``detectors.stats``); :class:`DetectorCollector` exposes the
+newest snapshot of each bucket, merged per cluster, at scrape time. So they
+restart from the checkpoint with the state, and a re-run batch never counts
+an event twice.
 """
 
 from __future__ import annotations
@@ -24,34 +25,39 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from detectors import rules
-from detectors.stats import split_event_key
+from detectors.stats import merge_buckets, split_event_key
 
 BROKER_STATES = ("registered", "fenced", "controlled_shutdown")
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120, 300)
 
 
 class DetectorCollector(Collector):
-    """Exposes the newest detector snapshot of each cluster (see detectors.stats)."""
+    """Exposes the newest detector snapshot of each cluster bucket, merged per
+    cluster (see detectors.stats)."""
 
     def __init__(self) -> None:
-        self._snapshots: dict[str, dict[str, Any]] = {}
+        self._snapshots: dict[tuple[str, int], dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def update(self, snapshot: Mapping[str, Any]) -> None:
-        """Keep ``snapshot`` unless a newer one (higher ``state_version``) is held."""
-        cluster = str(snapshot["cluster"])
+        """Keep ``snapshot`` unless a newer one (higher ``state_version``) of
+        its bucket is held. A snapshot without a bucket is of bucket 0."""
+        key = (str(snapshot["cluster"]), int(snapshot.get("bucket", 0)))
         with self._lock:
-            held = self._snapshots.get(cluster)
+            held = self._snapshots.get(key)
             if held is None or held.get("state_version", 0) <= snapshot.get("state_version", 0):
-                self._snapshots[cluster] = dict(snapshot)
+                self._snapshots[key] = dict(snapshot)
 
     def clusters(self) -> list[str]:
         with self._lock:
-            return sorted(self._snapshots)
+            return sorted({cluster for cluster, _ in self._snapshots})
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            snapshots = [self._snapshots[c] for c in sorted(self._snapshots)]
+            by_cluster: dict[str, list[dict[str, Any]]] = {}
+            for (cluster, _), snap in sorted(self._snapshots.items()):
+                by_cluster.setdefault(cluster, []).append(snap)
+        snapshots = [merge_buckets(snaps) for snaps in by_cluster.values()]
         events = CounterMetricFamily(
             "fencewatch_events",
             "Events judged, by kind and (for requests) Kafka API",

@@ -1,10 +1,12 @@
 """The stateful operator: the detection core inside ``transformWithStateInPandas``.
 
-Grouped by cluster; each group's rows are the cluster's raw event records of
-one micro-batch, handled in topic order (partition, offset) exactly as
-``fencewatch replay`` handles a file, so both raise the same alerts.
+Grouped by (cluster, bucket) (streaming/routing.py); each group's rows are
+the raw event records of one micro-batch that the bucket receives, handled in
+topic order (partition, offset) exactly as ``fencewatch replay`` handles a
+file, so both raise the same alerts (detectors.buckets says what a bucket
+receives and judges).
 A processing-time timer flushes judgments still waiting for their grace
-window when a cluster's events stop arriving (the streaming counterpart of
+window when a bucket's events stop arriving (the streaming counterpart of
 replay's end of input).
 """
 
@@ -23,24 +25,28 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from detectors.buckets import Bucket
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, parse_envelope
+from streaming.routing import decode_key
 from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row, stats_row
 from streaming.state import DETECTOR_SCHEMA, PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA, PartitionStore
 
-# Detectors this worker process already holds: (query scope, cluster) -> (version, detector).
+# Detectors this worker process already holds: (query scope, key) -> (version, detector).
 _LIVE: dict[tuple[str, str], tuple[int, Detector]] = {}
 
 
 class DetectorProcessor(StatefulProcessor):
-    def __init__(self, config: DetectorConfig, scope: str, idle_flush_ms: int):
+    def __init__(self, config: DetectorConfig, scope: str, idle_flush_ms: int, buckets: int):
         """``scope`` names the query (its checkpoint), so several queries in one
         worker never share a cached detector; ``idle_flush_ms`` is how long a
-        cluster may be silent before waiting judgments are made anyway."""
+        bucket may be silent before waiting judgments are made anyway;
+        ``buckets``: how many buckets each cluster is split into."""
         self.config = config
         self.scope = scope
         self.idle_flush_ms = idle_flush_ms
+        self.buckets = buckets
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -49,34 +55,35 @@ class DetectorProcessor(StatefulProcessor):
 
     # ---- state ---------------------------------------------------------------------------------
 
-    def _load(self, cluster: str) -> tuple[int, Detector]:
+    def _load(self, key: str) -> tuple[int, Detector]:
+        cluster, index = decode_key(key, self.buckets)
         stored = self.snapshot.get()
         version = int(stored[0]) if stored is not None else 0
-        live = _LIVE.get((self.scope, cluster))
+        live = _LIVE.get((self.scope, key))
         if live is not None and live[0] == version:
             detector = live[1]
         elif stored is not None:
             detector = pickle.loads(stored[1])
         else:
-            detector = Detector(self.config)
+            detector = Detector(self.config, bucket=Bucket(index, self.buckets))
             detector.cluster(cluster).view.partitions = PartitionStore()
         store = detector.cluster(cluster).view.partitions
         assert isinstance(store, PartitionStore)
         store.attach(self.partitions)
         return version, detector
 
-    def _save(self, cluster: str, version: int, detector: Detector) -> int:
-        store = detector.cluster(cluster).view.partitions
+    def _save(self, key: str, version: int, detector: Detector) -> int:
+        store = detector.cluster(decode_key(key, self.buckets)[0]).view.partitions
         assert isinstance(store, PartitionStore)
         store.flush()
         version += 1
         self.snapshot.update((version, pickle.dumps(detector, protocol=pickle.HIGHEST_PROTOCOL)))
-        _LIVE[(self.scope, cluster)] = (version, detector)
+        _LIVE[(self.scope, key)] = (version, detector)
         return version
 
-    @staticmethod
-    def _stats(cluster: str, version: int, detector: Detector) -> dict[str, Any]:
-        # The state version orders snapshots of one cluster for the driver's metrics.
+    def _stats(self, key: str, version: int, detector: Detector) -> dict[str, Any]:
+        # The state version orders snapshots of one bucket for the driver's metrics.
+        cluster = decode_key(key, self.buckets)[0]
         return stats_row(cluster, {**detector.snapshot(cluster), "state_version": version})
 
     def _rearm_idle_timer(self, detector: Detector, now_ms: int) -> None:
@@ -90,16 +97,17 @@ class DetectorProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        cluster = key[0]
-        version, detector = self._load(cluster)
+        version, detector = self._load(key[0])
+        cluster = decode_key(key[0], self.buckets)[0]
         out: list[dict[str, Any]] = []
         batch = pd.concat(list(rows), ignore_index=True).sort_values(["partition", "offset"], kind="stable")
         # Plain lists: iterating numpy scalars costs several times more per row.
-        for topic, partition, offset, value in zip(
+        for topic, partition, offset, value, home in zip(
             batch["topic"].tolist(),
             batch["partition"].tolist(),
             batch["offset"].tolist(),
             batch["value"].tolist(),
+            batch["home"].tolist(),
             strict=True,
         ):
             position = f"{topic}/{partition}@{offset}"
@@ -113,10 +121,11 @@ class DetectorProcessor(StatefulProcessor):
                     kind=DeadLetterClass.CLUSTER_MISMATCH,
                 )
             if isinstance(item, DeadLetter):
-                detector.dead_letter(item)
-                out.append(dead_letter_row(cluster, item, partition, offset))
+                if home:  # one letter per record, from its home bucket
+                    detector.dead_letter(item)
+                    out.append(dead_letter_row(cluster, item, partition, offset))
                 continue
-            for letter in detector.ingest(item):
+            for letter in detector.ingest(item, home):
                 if letter.position == position:
                     out.append(
                         dead_letter_row(
@@ -126,20 +135,20 @@ class DetectorProcessor(StatefulProcessor):
                 else:  # a held record released now: its letter names its own position
                     out.append(dead_letter_row(cluster, letter, None, None))
             out.extend(alert_row(a) for a in detector.drain())
-        version = self._save(cluster, version, detector)
+        version = self._save(key[0], version, detector)
         self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs())
-        out.append(self._stats(cluster, version, detector))
+        out.append(self._stats(key[0], version, detector))
         yield pd.DataFrame(out, columns=OUTPUT_COLUMNS)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        cluster = key[0]
-        version, detector = self._load(cluster)
+        version, detector = self._load(key[0])
+        cluster = decode_key(key[0], self.buckets)[0]
         rows = [dead_letter_row(cluster, letter, None, None) for letter in detector.flush()]
         rows.extend(alert_row(a) for a in detector.drain())
-        version = self._save(cluster, version, detector)
-        rows.append(self._stats(cluster, version, detector))
+        version = self._save(key[0], version, detector)
+        rows.append(self._stats(key[0], version, detector))
         yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:

@@ -61,13 +61,17 @@ class AlterPartitionErrorVersionMismatch(Rule):
     proposals = ("KIP-841",)
 
 
-def judge(cs: ClusterState, env: Envelope, header: Header, request: AlterPartition) -> None:
+def judge(
+    cs: ClusterState, env: Envelope, header: Header, request: AlterPartition, home: bool = True
+) -> None:
+    """Judges the partitions of this detector's bucket; the broker epoch, which
+    is the request's, in the request's home bucket (detectors.buckets)."""
     if request.error != KafkaError.NONE:
         return  # the whole request was rejected: fencing working
     identity = (header.request_ref, env.ts_ms)
     grace = cs.config.grace_ms
     accepted = [p for p in request.partitions if p.error == KafkaError.NONE]
-    if accepted and request.broker_epoch != -1:
+    if home and accepted and request.broker_epoch != -1:
         states = cs.view.broker_window(request.broker_id, env.ts_ms - grace, env.ts_ms + grace)
         if not states:
             cs.unverified("unknown broker")
@@ -82,7 +86,7 @@ def judge(cs: ClusterState, env: Envelope, header: Header, request: AlterPartiti
                 identity=identity,
                 evidence=[states[-1].source],
             )
-    for entry in request.partitions:
+    for entry in cs.bucket.owned(request.partitions):
         _judge_version(cs, env, header, entry)
         if entry.error == KafkaError.NONE:
             _judge_accepted(cs, env, header, entry)

@@ -65,12 +65,14 @@ class StopReplicaStaleControllerAccepted(Rule):
     proposals = ("KIP-570",)
 
 
-def judge(cs: ClusterState, env: Envelope, header: Header, request: StopReplica) -> None:
+def judge(cs: ClusterState, env: Envelope, header: Header, request: StopReplica, home: bool = True) -> None:
+    """``request`` holds the partitions of this detector's bucket; the
+    controller epoch is judged in the request's home bucket (detectors.buckets)."""
     node = env.node
     identity = (header.request_ref, env.ts_ms)
     accepted = cs.controller_epochs.get(node) if node is not None else None
     previous = accepted.at(env.ts_ms - 1) if accepted else None
-    if request.error == KafkaError.NONE and previous and request.controller_epoch < previous[0]:
+    if home and request.error == KafkaError.NONE and previous and request.controller_epoch < previous[0]:
         cs.emit(
             StopReplicaStaleControllerAccepted,
             env,

@@ -77,7 +77,11 @@ def read_topic(broker: EmbeddedBroker, topic: str) -> list[tuple[dict[str, str],
 
 
 def job_options(
-    broker: EmbeddedBroker, make_topic: Callable[[int], str], tmp_path: Path, max_events_per_trigger: int
+    broker: EmbeddedBroker,
+    make_topic: Callable[[int], str],
+    tmp_path: Path,
+    max_events_per_trigger: int,
+    buckets: int | None = None,
 ) -> JobOptions:
     """A job on fresh topics: a 3-partition source, one-partition alerts and dead letters."""
     return JobOptions(
@@ -89,6 +93,7 @@ def job_options(
         max_events_per_trigger=max_events_per_trigger,
         trigger_seconds=0.5,
         idle_flush_ms=2_000,
+        buckets=buckets,
     )
 
 
@@ -103,12 +108,14 @@ def wait_for(condition: Callable[[], bool], query, timeout_s: float, what: str) 
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
-def test_streaming_alerts_equal_replay_and_ground_truth(spark, broker, make_topic, tmp_path: Path):
+@pytest.mark.parametrize("buckets", [1, 7, 64])
+def test_streaming_alerts_equal_replay_and_ground_truth(spark, broker, make_topic, tmp_path: Path, buckets):
+    """Whatever the number of buckets a cluster is split into (detectors.buckets)."""
     events, truth = simulate(seed=7, events=20_000)
     expected = replay_alerts(events)
     table = confusion(expected.values(), truth)
     assert all(c["fp"] == 0 and c["fn"] == 0 for c in table.values()), table
-    options = job_options(broker, make_topic, tmp_path, max_events_per_trigger=5_000)
+    options = job_options(broker, make_topic, tmp_path, max_events_per_trigger=5_000, buckets=buckets)
     source, alerts_topic, dead_topic = options.topic, options.alerts_topic, options.dead_letter_topic
     records = [(e["cluster"].encode(), orjson.dumps(e)) for e in events]
     records[100:100] = [(b"sim-1", bad) for bad, _ in BAD_RECORDS]

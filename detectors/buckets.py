@@ -1,0 +1,135 @@
+"""How one cluster's work splits into buckets, so the streaming job can spread
+a cluster over many tasks (docs/architecture.md, "Buckets").
+
+A partition belongs to bucket ``partition index mod count``. The index is the
+one thing every record names the same way: requests name a topic by name or
+by id depending on the API and its version (Fetch v13+ and AlterPartition v2+
+by id, StopReplica by name), and which name goes with which id is known only
+from the metadata log, which a stateless split before the shuffle cannot read.
+
+Each record goes to the buckets of the partitions it names. Records every
+bucket needs go to all of them ("fanned out"): the cluster-wide metadata
+(brokers, topics, features) and StopReplica / LeaderAndIsr, whose controller
+epoch a broker accepts for all its partitions. Records about no partition
+(quorum traffic and state, requests no rule reads) go to bucket 0.
+
+A record reaching several buckets is counted, dead-lettered and judged for
+what is not a partition's (a request's controller or broker epoch) once, in
+its *home* bucket: the lowest of its buckets. Every other copy only updates
+that bucket's view and judges that bucket's partitions.
+
+The streaming job computes the same split in Spark SQL before the shuffle
+(streaming/routing.py); :func:`buckets_of` is its reference, which tests hold
+the SQL to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from detectors.envelope import Envelope
+from detectors.requests import (
+    ALTER_PARTITION,
+    FETCH,
+    LEADER_AND_ISR,
+    LIST_OFFSETS,
+    OFFSET_FOR_LEADER_EPOCH,
+    PRODUCE,
+    STOP_REPLICA,
+    is_quorum_fetch,
+)
+
+# Metadata records about one partition; every other metadata record is fanned out.
+PARTITION_RECORDS = ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD")
+# Requests whose controller epoch every bucket must know.
+FANNED_OUT_APIS = (STOP_REPLICA, LEADER_AND_ISR)
+# Where each partition-scoped request keeps its partition indexes:
+# request.<topics>[].<partitions>[].<index>.
+PARTITION_PATHS = {
+    PRODUCE: ("topicData", "partitionData", "index"),
+    FETCH: ("topics", "partitions", "partition"),
+    LIST_OFFSETS: ("topics", "partitions", "partitionIndex"),
+    OFFSET_FOR_LEADER_EPOCH: ("topics", "partitions", "partition"),
+    ALTER_PARTITION: ("topics", "partitions", "partitionIndex"),
+}
+
+
+class _HasPartition(Protocol):
+    @property
+    def partition(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_HasPartition)
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One bucket of a cluster; the default, 0 of 1, owns everything."""
+
+    index: int = 0
+    count: int = 1
+
+    def owns(self, partition: int) -> bool:
+        return self.count == 1 or partition % self.count == self.index
+
+    def owned(self, items: list[_P] | tuple[_P, ...]) -> list[_P]:
+        """The entries of a request's partitions that this bucket judges."""
+        if self.count == 1:
+            return list(items)
+        return [item for item in items if item.partition % self.count == self.index]
+
+
+WHOLE = Bucket()  # the default: one bucket owns every partition
+
+
+def buckets_of(env: Envelope, count: int) -> tuple[int, ...]:
+    """The buckets that receive ``env``, ascending: the first is its home."""
+    if count == 1:
+        return (0,)
+    body = env.body
+    if env.kind == "metadata":
+        data = body.get("data")
+        if body.get("type") in PARTITION_RECORDS and isinstance(data, dict):
+            return _of((data.get("partitionId"),), count)
+        return tuple(range(count))
+    if env.kind == "remote_log_metadata":
+        tip = _dig(body, "data", "remoteLogSegmentId", "topicIdPartition")
+        return _of((tip.get("partition"),), count)
+    if env.kind != "request":
+        return (0,)
+    api_key = _dig(body, "requestHeader").get("requestApiKey")
+    if type(api_key) is not int:  # not 5.0 or true: the parse rejects those, and so does the SQL
+        return (0,)
+    if api_key in FANNED_OUT_APIS:
+        return tuple(range(count))
+    path = PARTITION_PATHS.get(api_key)
+    if path is None or (api_key == FETCH and is_quorum_fetch(body)):
+        return (0,)
+    topics_key, parts_key, index_key = path
+    return _of(
+        (
+            part.get(index_key)
+            for topic in _objects(_dig(body, "request").get(topics_key))
+            for part in _objects(topic.get(parts_key))
+        ),
+        count,
+    )
+
+
+def _of(indexes: Iterable[Any], count: int) -> tuple[int, ...]:
+    # Malformed indexes route nowhere; a record with none goes to bucket 0, whose
+    # parse turns it into a dead letter.
+    found = {i % count for i in indexes if isinstance(i, int) and not isinstance(i, bool)}
+    return tuple(sorted(found)) or (0,)
+
+
+def _dig(obj: Any, *keys: str) -> dict[str, Any]:
+    for key in keys:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj if isinstance(obj, dict) else {}
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -1,0 +1,212 @@
+"""A checkpoint written by the previous release restores in this one.
+
+``tests/data/upgrade/checkpoint-67519df/`` is the checkpoint of the streaming
+job at 67519df (state keyed by cluster, before buckets) after it read the
+first ``split`` records of a simulated history of two clusters; the JSON
+beside it says how it was made (``make_checkpoint.py``, which this test also
+imports to regenerate the same history). The job here restarts on a copy of
+it, over a topic of the same name holding the whole history at the same
+offsets, and must go on where the old job stopped: read only the rest, with
+the old job's state, and raise exactly what ``fencewatch replay`` raises on
+the whole history and had not raised on the first part.
+
+Judgments pending at the split: the old job was stopped before any idle
+flush (``idle_flushed_before_stop``), so its state holds the judgments still
+waiting for their grace window, and this job judges them with the events that
+follow. Had an idle flush run first, it would have judged them early.
+``make_checkpoint.choose_split`` only accepts a split where both come to the
+same alerts (a flush there raises nothing and changes nothing later); this
+test checks that again with this release's detector, so the expectation below
+holds whichever way the checkpoint was written.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from test_job import publish, read_topic, replay_alerts, wait_for
+from test_source_offsets_lost import recreate
+
+from streaming.broker import EmbeddedBroker
+from streaming.job import JobOptions, start
+from streaming.kafka_source import partition_offsets
+from streaming.sinks import TopicSink
+
+pytestmark = pytest.mark.integration
+
+RELEASE = "67519df"
+DATA = Path(__file__).resolve().parents[1] / "data" / "upgrade"
+CHECKPOINT = DATA / f"checkpoint-{RELEASE}"
+FACTS = json.loads((DATA / f"checkpoint-{RELEASE}.json").read_text())
+WAIT_SECONDS = 300
+
+
+def load_writer() -> ModuleType:
+    """``make_checkpoint.py``: the history it published and the replay helpers."""
+    spec = importlib.util.spec_from_file_location("make_checkpoint", DATA / "make_checkpoint.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def relocate(checkpoint: Path, written_at: str) -> list[str]:
+    """Point the copy at ``checkpoint`` at itself. Spark's transformWithState
+    operator metadata names its state schema file by absolute URI (the
+    directory the old job wrote to, gone since) and a restart opens it there.
+    A rewritten file loses its Hadoop ``.crc`` sibling, which would no longer
+    match (without one, Hadoop's local filesystem reads unchecked)."""
+    old, new = f"{written_at}/".encode(), f"file:{checkpoint}/".encode()
+    rewritten = []
+    for path in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if old in data:
+            path.write_bytes(data.replace(old, new))
+            path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+            rewritten.append(str(path.relative_to(checkpoint)))
+    return rewritten
+
+
+def fresh_topic(broker: EmbeddedBroker, name: str, partitions: int) -> None:
+    """``name`` empty, its offsets from 0: created, or recreated if an earlier
+    run in this broker's session left it behind."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    if name in admin.list_topics(timeout=10).topics:
+        recreate(broker, name, partitions)
+    else:
+        broker.create_topics({name: partitions})
+
+
+def end_offsets(broker: EmbeddedBroker, topic: str) -> dict[str, int]:
+    """Each partition's end offset, as the checkpoint's offset log writes them."""
+    probe = TopicSink(broker.bootstrap_servers, topic, {})
+    try:
+        return {str(p): end for p, end in sorted(probe.end_offsets().items())}
+    finally:
+        probe.close()
+
+
+def source_offset(progress: dict, field: str) -> dict[str, int] | None:
+    raw = progress["sources"][0].get(field) if progress.get("sources") else None
+    if raw is None:
+        return None
+    return partition_offsets(json.loads(raw) if isinstance(raw, str) else raw)
+
+
+@pytest.mark.timeout(600)
+def test_a_checkpoint_of_the_previous_release_resumes_with_its_state(
+    spark, broker: EmbeddedBroker, make_topic, tmp_path: Path
+) -> None:
+    writer = load_writer()
+    events, _ = writer.history(FACTS["history"])
+    split, consumed = FACTS["split"], FACTS["consumed"]
+    records = writer.records(events)
+    assert len(events) == FACTS["events"]
+    assert writer.digest(records) == FACTS["records_sha256"]["whole"], (
+        "the simulator no longer produces the history the checkpoint was written from: "
+        "regenerate it with make_checkpoint.py on the release it names"
+    )
+
+    # What replay raises, with this release's detector; and the split still robust with it.
+    first_part = replay_alerts(events[:split])
+    whole = replay_alerts(events)
+    expected = set(whole) - set(first_part)
+    facts = writer.split_facts(events, split)
+    assert writer.robust(facts), f"the split at {split} is not robust with this detector: {facts}"
+    assert set(first_part) == set(FACTS["alerts_emitted_by_old_job"]), (
+        "replay of the first part no longer raises the alerts the old job raised: alert ids changed "
+        f"between releases (now {sorted(first_part)}, then {FACTS['alerts_emitted_by_old_job']})"
+    )
+    needs_state = set(facts["needs_first_part_state"])
+    assert expected and needs_state <= expected
+
+    checkpoint = tmp_path / "ck"
+    shutil.copytree(CHECKPOINT, checkpoint)
+    assert relocate(checkpoint, FACTS["written_at"]) == FACTS["files_naming_the_write_directory"]
+    topic = FACTS["source_topic"]
+    fresh_topic(broker, topic, FACTS["source_partitions"])
+    publish(broker, topic, records[:split])
+    assert end_offsets(broker, topic) == consumed, (
+        f"the first part did not land at the offsets the old job read ({consumed}): the restored "
+        "offsets would not line up with the records"
+    )
+    publish(broker, topic, records[split:])
+    ends = end_offsets(broker, topic)
+    assert sum(ends.values()) == len(records), ends
+
+    options = JobOptions(
+        bootstrap_servers=broker.bootstrap_servers,
+        topic=topic,
+        checkpoint=str(checkpoint),
+        alerts_topic=make_topic(1),
+        dead_letter_topic=make_topic(1),
+        max_events_per_trigger=400,
+        trigger_seconds=0.5,
+        idle_flush_ms=2_000,
+    )
+    started = time.monotonic()
+    query = start(spark, options, console=None)
+    try:
+
+        def data_batches() -> list[dict]:
+            return sorted(
+                (p for p in query.recentProgress if p["numInputRows"] > 0), key=lambda p: p["batchId"]
+            )
+
+        def committed() -> dict[str, int] | None:
+            found = writer.committed_source_offsets(checkpoint)
+            return None if found is None else partition_offsets(found[1])
+
+        wait_for(lambda: bool(data_batches()), query, WAIT_SECONDS, "the first batch after the restart")
+        resumed = data_batches()[0]
+        assert resumed["batchId"] == FACTS["last_batch_id"] + 1, (
+            f"the restarted query ran batch {resumed['batchId']} first, not "
+            f"{FACTS['last_batch_id'] + 1}: it did not resume the checkpoint's logs"
+        )
+        assert source_offset(resumed, "startOffset") == consumed, (
+            f"the restarted query read from {source_offset(resumed, 'startOffset')}, not from where the "
+            f"old job stopped ({consumed}): it did not resume the checkpoint's offsets"
+        )
+        wait_for(lambda: committed() == ends, query, WAIT_SECONDS, "the rest of the history committed")
+
+        # Judgments pending at the end of the input are made by the idle flush,
+        # which runs in the two empty batches the source plans once the topic is
+        # quiet; after them no batch runs, so nothing more can come.
+        def idle_batches() -> list[int]:
+            return [
+                p["batchId"]
+                for p in query.recentProgress
+                if p["numInputRows"] == 0 and "addBatch" in p["durationMs"]
+            ]
+
+        wait_for(lambda: len(idle_batches()) >= 2, query, 60, "the idle flush")
+    finally:
+        query.stop()
+    print(f"\nresumed at batch {resumed['batchId']}; done {time.monotonic() - started:.1f}s after the start")
+    assert query.exception() is None, query.exception()
+    read = sum(p["numInputRows"] for p in data_batches())
+    assert read == len(records) - split, (
+        f"the restarted query read {read} records, not the {len(records) - split} after the split"
+    )
+
+    ids = [headers["fencewatch-id"] for headers, _ in read_topic(broker, options.alerts_topic)]
+    again = sorted(set(ids) & set(first_part))
+    assert not again, (
+        f"{len(again)} of the {len(first_part)} alerts the old job had raised were raised again: "
+        "the restarted job judged the first part anew, so its state was not restored"
+    )
+    assert len(ids) == len(set(ids)), f"alerts delivered twice: {sorted(i for i in ids if ids.count(i) > 1)}"
+    missing, extra = sorted(expected - set(ids)), sorted(set(ids) - expected)
+    assert not (set(missing) & needs_state), (
+        f"alerts that need the first part's state were not raised ({sorted(set(missing) & needs_state)}): "
+        "the restored state was not used"
+    )
+    assert not missing and not extra, f"missing {missing}, extra {extra}"
+    assert read_topic(broker, options.dead_letter_topic) == []

@@ -1,0 +1,155 @@
+"""A cluster split into buckets (detectors.buckets) raises exactly the alerts,
+dead letters and counts of one detector over the whole cluster.
+
+Here the split runs in one process: each envelope goes to the detectors of the
+buckets ``buckets_of`` names, the first as its home, as the streaming job's
+routing does before its shuffle (tests/unit/test_routing.py holds the Spark SQL
+routing to ``buckets_of``). Histories come from the simulator, with its faults,
+and arrive in order, delayed per source within lateness, or re-delivered.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from detectors.alerts import Alert
+from detectors.buckets import Bucket, buckets_of
+from detectors.cluster import Counters
+from detectors.engine import Detector
+from detectors.envelope import DeadLetter, Envelope, envelope_from_obj
+from detectors.stats import merge_buckets
+from producers import shapes as s
+from tests.unit.test_simulated_histories import (
+    CONFIG,
+    WARMUP_MS,
+    delayed_arrival,
+    detect,
+    envelopes,
+    examples,
+    seeds,
+    simulate,
+)
+
+COUNTS = (1, 7, 64)
+
+
+class Split:
+    """One cluster's detectors, one per bucket, fed as the streaming job feeds them."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.detectors = [Detector(CONFIG, now_ms=lambda: 0, bucket=Bucket(i, count)) for i in range(count)]
+        self.dead_letters: list[DeadLetter] = []
+        self.own_records = [0] * count  # records a bucket received and not every bucket did
+
+    def ingest(self, env: Envelope) -> None:
+        targets = buckets_of(env, self.count)
+        if len(targets) < self.count:
+            for b in targets:
+                self.own_records[b] += 1
+        for b in targets:
+            self.dead_letters.extend(self.detectors[b].ingest(env, home=b == targets[0]))
+
+    def finish(self) -> list[Alert]:
+        for detector in self.detectors:
+            self.dead_letters.extend(detector.flush())
+        return [a for d in self.detectors for a in d.drain()]
+
+    def snapshot(self, cluster: str) -> dict[str, object]:
+        return merge_buckets([d.snapshot(cluster) for d in self.detectors if cluster in d.clusters])
+
+
+def split_run(arrival: Iterable[Envelope], count: int) -> tuple[list[Alert], Split]:
+    split = Split(count)
+    for env in arrival:
+        split.ingest(env)
+    return split.finish(), split
+
+
+def comparable(alerts: Sequence[Alert]) -> list[dict[str, object]]:
+    return sorted((a.to_dict() for a in alerts), key=lambda a: str(a["alert_id"]))
+
+
+def same_counts(whole: Counters, split: dict[str, object]) -> None:
+    assert split["events"] == whole.events
+    assert split["unverified"] == whole.unverified
+    assert split["dead_letters"] == whole.dead_letters
+    assert split["duplicates"] == whole.duplicates
+    assert sorted(map(tuple, split["alerts"])) == sorted((*k, n) for k, n in whole.alerts.items())
+
+
+@pytest.mark.parametrize("count", COUNTS)
+@examples(2)
+@given(seed=seeds, events=st.integers(16_000, 24_000), fault_rate=st.sampled_from([0.005, 0.01, 0.02]))
+def test_buckets_raise_the_alerts_of_the_whole_cluster(count, seed, events, fault_rate):
+    sim = simulate(seed, fault_rate, warmup_ms=WARMUP_MS)
+    history = envelopes(sim, events)
+    whole = detect(history)
+    assert whole.alerts, "no alert to compare: the history is too short for the fault rate"
+    alerts, split = split_run(history, count)
+    assert comparable(alerts) == comparable(whole.alerts)
+    assert split.dead_letters == whole.dead_letters
+    same_counts(whole.counters, split.snapshot(history[0].cluster))
+    if count > 1:
+        # The split really spread the work: the simulator's topics have 3 to 6 partitions.
+        assert sum(1 for n in split.own_records if n) >= min(count, 6)
+
+
+@pytest.mark.parametrize("count", (7, 64))
+@examples(1)
+@given(seed=seeds, events=st.integers(16_000, 20_000), shuffle_seed=seeds)
+def test_buckets_under_per_source_delays_within_lateness(count, seed, events, shuffle_seed):
+    sim = simulate(seed, 0.01, warmup_ms=WARMUP_MS)
+    history = envelopes(sim, events)
+    arrival, _ = delayed_arrival(history, random.Random(shuffle_seed))
+    whole = detect(arrival)
+    alerts, split = split_run(arrival, count)
+    assert comparable(alerts) == comparable(whole.alerts)
+    assert split.dead_letters == whole.dead_letters == []
+
+
+@pytest.mark.parametrize("count", (7, 64))
+@examples(1)
+@given(seed=seeds, events=st.integers(12_000, 16_000), shuffle_seed=seeds)
+def test_buckets_under_redelivery_count_each_duplicate_once(count, seed, events, shuffle_seed):
+    sim = simulate(seed, 0.01, warmup_ms=WARMUP_MS)
+    history = envelopes(sim, events)
+    rng = random.Random(shuffle_seed)
+    start = rng.randrange(len(history) // 2)
+    # A shipper re-ships a slice right after shipping it: every record of it twice.
+    arrival = [*history[: start + 500], *history[start : start + 500], *history[start + 500 :]]
+    whole = detect(arrival)
+    alerts, split = split_run(arrival, count)
+    assert whole.counters.duplicates >= 500
+    assert comparable(alerts) == comparable(whole.alerts)
+    same_counts(whole.counters, split.snapshot(history[0].cluster))
+
+
+def test_bad_records_are_dead_lettered_once_whatever_their_buckets():
+    topic_id = "qG8hUlWTTJ2eRb_bFvWRXg"
+    bad_produce = s.envelope("c1", "request", 2000, {"requestHeader": {"requestApiKey": 0}}, node=1)
+    bad_stop = s.envelope(
+        "c1",
+        "request",
+        2000,
+        {"requestHeader": {"requestApiKey": 5, "requestApiVersion": 3, "correlationId": 1}},
+        node=2,
+    )
+    bad_metadata = s.envelope("c1", "metadata", 2000, {"type": "TOPIC_RECORD", "data": {}}, offset=3)
+    good = [
+        s.envelope("c1", "metadata", 1000, s.topic("orders", topic_id), offset=1),
+        s.envelope("c1", "metadata", 1000, s.partition(topic_id, 5, [1, 2], [1, 2], 1), offset=2),
+    ]
+    raws = [*good, bad_produce, bad_stop, bad_metadata]
+    history = [envelope_from_obj(raw, f"t:{i}", i) for i, raw in enumerate(raws)]
+    whole = detect(history)
+    assert len(whole.dead_letters) == 3
+    for count in COUNTS:
+        _, split = split_run(history, count)
+        assert split.dead_letters == whole.dead_letters
+        same_counts(whole.counters, split.snapshot("c1"))
