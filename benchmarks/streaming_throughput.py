@@ -9,11 +9,13 @@ feeding the same Detector in a single Python process.
 Everything runs against the embedded broker (tansu), in one run, and every
 figure printed is measured in that run:
 
-(a) sustained throughput of the Spark job: ``--events`` simulated envelopes are
-    published first, then the job starts (``--max-events-per-trigger`` per
-    micro-batch); the rate is total rows / (end of the last batch with input -
-    start of the first batch with input), from ``query.recentProgress``; Spark
-    session start-up is excluded, the first batch's Python-worker start is not.
+(a) sustained throughput of the Spark job, once per ``--buckets`` count (a
+    cluster split into that many state keys; detectors.buckets): ``--events``
+    simulated envelopes are published first, then the job starts
+    (``--max-events-per-trigger`` per micro-batch); the rate is total rows /
+    (end of the last batch with input - start of the first batch with input),
+    from ``query.recentProgress``; Spark session start-up is excluded, the
+    first batch's Python-worker start is not.
     The median of the per-batch rates (rows / triggerExecution) is printed too,
     and where the time of a batch goes: the medians, over batches after the
     first, of Spark's ``durationMs`` phases and of the stateful operator's
@@ -443,8 +445,8 @@ def floor_query(spark: Any, bootstrap: str, topic: str, checkpoint: str, max_eve
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-    from streaming.job import key_by_cluster
     from streaming.kafka_source import read_events
+    from streaming.routing import route
     from streaming.schema import OUTPUT_COLUMNS, OUTPUT_SCHEMA
 
     class Floor(StatefulProcessor):  # defined here so that cloudpickle ships it to the workers
@@ -466,8 +468,8 @@ def floor_query(spark: Any, bootstrap: str, topic: str, checkpoint: str, max_eve
         "maxEventsPerTrigger": str(max_events),
     }
     detected = (
-        key_by_cluster(read_events(spark, options))
-        .groupBy("cluster")
+        route(read_events(spark, options), 1)
+        .groupBy("key")
         .transformWithStateInPandas(
             statefulProcessor=Floor(), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="None"
         )
@@ -519,10 +521,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady-events", type=int, default=20_000)
     p.add_argument("--steady-batches", type=int, default=3)
     p.add_argument("--idle-seconds", type=float, default=30.0, help="idle time measured in (e)")
+    p.add_argument(
+        "--buckets",
+        type=int,
+        action="append",
+        help="buckets per cluster for (a), repeatable: one run of (a) each (default 1 and 8)",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip", default="", help="comma list of sections to skip: a,b,c,d,e,f")
     args = p.parse_args(argv)
     rates = args.rate or [2000]
+    bucket_counts = args.buckets or [1, 8]
     sizes = args.partitions or [1000, 100_000]
     skip = set(filter(None, args.skip.split(",")))
     cfg = DetectorConfig()
@@ -600,11 +609,18 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_session("local[2]", shuffle_partitions=2)
         results.append(("spark session start", f"{time.time() - s0:.1f} s (excluded)"))
         spark_rate = None
-        if "a" not in skip:
-            q = job("bench-a", "a", max_events_per_trigger=args.max_events_per_trigger, trigger_seconds=0.5)
+        for buckets in bucket_counts if "a" not in skip else []:
+            a = f"(a) {buckets} bucket{'s' if buckets > 1 else ''}:"
+            q = job(
+                "bench-a",
+                f"a{buckets}",
+                max_events_per_trigger=args.max_events_per_trigger,
+                trigger_seconds=0.5,
+                buckets=buckets,
+            )
             prog = Progress(q)
             job_cpu = steady_cpu(prog, n, timeout=900)
-            if "e" not in skip:
+            if "e" not in skip and buckets == bucket_counts[0]:
                 idle_from = max(prog.batches)
                 cpu0, w0 = cpu_by_role(), time.time()
                 time.sleep(args.idle_seconds)
@@ -620,27 +636,27 @@ def main(argv: list[str] | None = None) -> int:
             steady = per_batch[1:] or per_batch
             results.append(
                 (
-                    "(a) Spark job ev/s (total/elapsed)",
+                    f"{a} Spark job ev/s (total/elapsed)",
                     f"{spark_rate:,.0f}  ({n:,} rows, {len(batches)} batches, "
                     f"{elapsed:.1f} s first batch start -> last batch end)",
                 )
             )
             results.append(
                 (
-                    "(a) Spark per-batch ev/s",
+                    f"{a} Spark per-batch ev/s",
                     f"median {statistics.median(per_batch):,.0f} all, "
                     f"{statistics.median(steady):,.0f} without 1st batch; "
                     "batch s: "
                     + " ".join(f"{b['durationMs']['triggerExecution'] / 1000:.1f}" for b in batches),
                 )
             )
-            results.append(("(a) Spark batch phases", batch_phases(batches[1:] or batches)))
-            results.extend(steady_cpu_results("(a)", job_cpu, plain_cpu))
+            results.append((f"{a} batch phases", batch_phases(batches[1:] or batches)))
+            results.extend(steady_cpu_results(a, job_cpu, plain_cpu))
             if plain_rates:
                 results.append(
-                    ("(a)/(b) Spark / plain", f"{spark_rate / statistics.median(plain_rates):.2f}x")
+                    (f"{a} Spark / plain (b)", f"{spark_rate / statistics.median(plain_rates):.2f}x")
                 )
-            if "e" not in skip:
+            if "e" not in skip and buckets == bucket_counts[0]:
                 results.append(
                     (
                         "(e) idle job",

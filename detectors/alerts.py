@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.envelope import Envelope
+from detectors.pickling import fast_pickle
 
 SEVERITIES = ("critical", "warning", "info")
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """One event of the chain that led to an alert.
@@ -45,6 +47,7 @@ class Evidence:
         }
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Alert:
     alert_id: str

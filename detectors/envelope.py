@@ -17,6 +17,8 @@ from typing import Any, TypeGuard
 import fastjsonschema
 import orjson
 
+from detectors.pickling import fast_pickle
+
 KINDS = ("request", "metadata", "quorum_state", "remote_log_metadata")
 NODE_REQUIRED = ("request", "quorum_state")
 MAX_CLUSTER_LENGTH = 249
@@ -76,6 +78,7 @@ class BadRecord(ValueError):
         return DeadLetter(position, self.reason, raw, kind=self.kind)
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """One validated event. ``position`` says where it came from (``file:line``
@@ -102,6 +105,7 @@ class Envelope:
         }
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A record that was not used, with why and where. ``kind`` has no default

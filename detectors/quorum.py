@@ -7,8 +7,10 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from detectors.alerts import Evidence
+from detectors.pickling import fast_pickle
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A node acting as leader of an epoch (first seen at ``ts_ms``)."""
@@ -19,6 +21,7 @@ class Claim:
     evidence: Evidence
 
 
+@fast_pickle
 @dataclass(slots=True)
 class QuorumView:
     # epoch -> node -> its first act as leader of that epoch

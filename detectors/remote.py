@@ -13,6 +13,7 @@ from typing import Any
 from detectors.alerts import Evidence
 from detectors.envelope import BadRecord, DeadLetterClass, Envelope
 from detectors.fields import INT64, get_int, get_list, get_obj, get_str, objects
+from detectors.pickling import fast_pickle
 
 COPY_STARTED, COPY_FINISHED, DELETE_STARTED, DELETE_FINISHED = 0, 1, 2, 3
 STATE_NAMES = (
@@ -32,6 +33,7 @@ _TYPE_ALIASES = {
 }
 
 
+@fast_pickle
 @dataclass(slots=True)
 class Segment:
     segment_id: str
@@ -44,6 +46,7 @@ class Segment:
     zombie: bool = False
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class SegmentEvent:
     """One remote-log-metadata record: a segment moving to ``state``."""
@@ -55,6 +58,7 @@ class SegmentEvent:
     cleaner: dict[int, int] | None  # only on the segment record
 
 
+@fast_pickle
 @dataclass(slots=True)
 class PartitionSegments:
     # leader epoch -> the end offset a later epoch's accepted segment established for it
@@ -62,6 +66,7 @@ class PartitionSegments:
     finished: set[str] = field(default_factory=set)
 
 
+@fast_pickle
 @dataclass(slots=True)
 class RemoteView:
     segments: dict[str, Segment] = field(default_factory=dict)

@@ -21,6 +21,7 @@ from detectors.fields import (
     int_list,
     objects,
 )
+from detectors.pickling import fast_pickle
 
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA = 0, 1, 2, 4, 5
 OFFSET_FOR_LEADER_EPOCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, ALTER_PARTITION = 23, 52, 53, 54, 56
@@ -43,6 +44,7 @@ METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class Header:
     api_key: int
@@ -66,6 +68,7 @@ def header(body: dict[str, Any]) -> Header:
     )
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PartitionOutcome:
     """One partition of a data-plane request and how the broker answered it.
@@ -79,6 +82,7 @@ class PartitionOutcome:
     error: int | None
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class _Shape:
     """Where an API keeps its per-partition fields (they differ by API)."""
@@ -246,6 +250,7 @@ def fetch_replica_id(request: dict[str, Any]) -> int:
     return get_int(request, "replicaId", "body.request", default=-1)
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class StopReplicaPartition:
     topic: str
@@ -255,6 +260,7 @@ class StopReplicaPartition:
     error: int | None
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class StopReplica:
     controller_id: int
@@ -303,6 +309,7 @@ def stop_replica(api_version: int, body: dict[str, Any]) -> StopReplica:
     )
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class LeaderAndIsrPartition:
     topic: str
@@ -368,6 +375,7 @@ def leader_and_isr(body: dict[str, Any]) -> tuple[int, int, list[LeaderAndIsrPar
     return get_int(request, "controllerEpoch", "body.request"), error, partitions
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AlterPartitionEntry:
     topic: str | None
@@ -381,6 +389,7 @@ class AlterPartitionEntry:
     result_partition_epoch: int  # the response's partitionEpoch, -1 if absent
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class AlterPartition:
     broker_id: int

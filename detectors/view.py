@@ -13,6 +13,7 @@ from detectors.alerts import Evidence
 from detectors.envelope import BadRecord, DeadLetterClass, Envelope, Unverified
 from detectors.fields import INT64, get_bool, get_int, get_list, get_str, int_list
 from detectors.history import History
+from detectors.pickling import fast_pickle
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
@@ -30,6 +31,7 @@ def own_topic_key(name: str | None, topic_id: str | None) -> str:
     return topic_id if topic_id and topic_id != NULL_TOPIC_ID else f"name:{name}"
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class BrokerState:
     epoch: int
@@ -50,6 +52,7 @@ class BrokerState:
         return None
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PartitionState:
     leader: int
@@ -61,6 +64,7 @@ class PartitionState:
     source: Evidence
 
 
+@fast_pickle
 @dataclass(frozen=True, slots=True)
 class PartitionChange:
     """What one PARTITION_RECORD or PARTITION_CHANGE_RECORD did."""
@@ -71,6 +75,7 @@ class PartitionChange:
     env: Envelope
 
 
+@fast_pickle
 @dataclass(slots=True)
 class Topic:
     name: str
