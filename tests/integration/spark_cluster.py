@@ -1,6 +1,6 @@
 """Child processes for integration tests that must outlive a call or be killed:
 ``fencewatch run`` (driver + its Spark JVM + Python workers) and a standalone
-Spark cluster (one master, one worker) started from the pyspark wheel.
+Spark cluster (one master, one or more workers) started from the pyspark wheel.
 
 Every child starts in a new session (``start_new_session=True``), so the child
 is its session's leader and everything it starts (the Spark JVM, executors,
@@ -161,18 +161,37 @@ def fencewatch_run(argv: list[str], log_path: Path, env: dict[str, str] | None =
 
 
 class StandaloneCluster:
-    """A Spark standalone master and one worker on 127.0.0.1, from the pyspark wheel.
+    """A Spark standalone master and ``workers`` workers (one by default) on
+    127.0.0.1, from the pyspark wheel, each worker with ``cores`` cores and
+    ``memory``.
 
-    Ports (RPC and web UI) are free ports picked at start. The worker runs
-    executors in ``work_dir`` (never inside the wheel). A context manager;
-    ``stop()`` kills both sessions, executors included.
+    Ports (RPC and web UI) are free ports picked at start. The workers run
+    executors in ``work_dir`` (never inside the wheel): the first in
+    ``executors/``, worker N > 1 in ``executors-N/``. A context manager;
+    ``stop()`` kills every session, executors included. ``worker`` is the
+    first worker, ``workers`` all of them.
     """
 
-    def __init__(self, work_dir: Path, cores: int = 2, memory: str = "2g", timeout_s: float = 120.0):
+    def __init__(
+        self,
+        work_dir: Path,
+        cores: int = 2,
+        memory: str = "2g",
+        timeout_s: float = 120.0,
+        workers: int = 1,
+    ):
+        if workers < 1:
+            raise ValueError(f"a cluster needs at least one worker, got {workers}")
         self.work_dir, self.cores, self.memory, self.timeout_s = work_dir, cores, memory, timeout_s
+        self.worker_count = workers
         self.master: ChildProcess | None = None
-        self.worker: ChildProcess | None = None
+        self.workers: list[ChildProcess] = []
         self.port = 0
+
+    @property
+    def worker(self) -> ChildProcess | None:
+        """The first worker (``None`` before the start)."""
+        return self.workers[0] if self.workers else None
 
     @property
     def url(self) -> str:
@@ -213,33 +232,37 @@ class StandaloneCluster:
             self.timeout_s,
             alive=[master],
         )
-        executors = self.work_dir / "executors"
-        executors.mkdir(exist_ok=True)
-        self.worker = self._spark_class(
-            "worker",
-            "org.apache.spark.deploy.worker.Worker",
-            *("--host", "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port())),
-            *("--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(executors)),
-            self.url,
-        )
-        self.worker.start()
-        worker = self.worker
+        self.workers = []
+        for number in range(1, self.worker_count + 1):
+            suffix = "" if number == 1 else f"-{number}"
+            executors = self.work_dir / f"executors{suffix}"
+            executors.mkdir(exist_ok=True)
+            worker = self._spark_class(
+                f"worker{suffix}",
+                "org.apache.spark.deploy.worker.Worker",
+                *("--host", "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port())),
+                *("--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(executors)),
+                self.url,
+            )
+            self.workers.append(worker)
+            worker.start()
+        count = self.worker_count
         wait_until(
-            lambda: "Registering worker" in master.log_text(),
-            "the worker to register with the master",
+            lambda: master.log_text().count("Registering worker") >= count,
+            f"{count} worker(s) to register with the master",
             self.timeout_s,
-            alive=[master, worker],
+            alive=[master, *self.workers],
         )
 
     def executor_logs(self) -> str:
         """Every executor's stderr, for failure messages."""
         parts = []
-        for path in sorted((self.work_dir / "executors").glob("*/*/stderr")):
+        for path in sorted(self.work_dir.glob("executors*/*/*/stderr")):
             parts.append(f"--- {path}\n{path.read_text(errors='replace')}")
         return "\n".join(parts)
 
     def stop(self) -> None:
-        # The worker first: its session holds the executors.
-        for child in (self.worker, self.master):
+        # The workers first: their sessions hold the executors.
+        for child in (*self.workers, self.master):
             if child is not None:
                 child.kill()
