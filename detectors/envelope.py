@@ -105,7 +105,6 @@ class Envelope:
         }
 
 
-@fast_pickle
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A record that was not used, with why and where. ``kind`` has no default

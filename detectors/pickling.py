@@ -24,9 +24,9 @@ T = TypeVar("T")
 
 def fast_pickle(cls: type[T]) -> type[T]:
     """Pickle instances of the dataclass ``cls`` as ``cls(*field values)``.
-    Every field must be an ``__init__`` parameter."""
+    Every field must be a positional ``__init__`` parameter."""
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    assert all(f.init for f in fields), f"{cls.__name__} has fields __init__ does not take"
+    assert all(f.init and not f.kw_only for f in fields), f"{cls.__name__}: not every field is positional"
     values = attrgetter(*(f.name for f in fields))
     if len(fields) == 1:
 

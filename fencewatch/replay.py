@@ -7,8 +7,10 @@ import os
 import sys
 from typing import Any
 
+import orjson
 from tqdm import tqdm
 
+from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import DeadLetter, dumps
 from detectors.merge import merge_sources
@@ -19,13 +21,17 @@ from fencewatch.options import (
     add_detector_options,
     add_record_limit_option,
     detector_config,
+    fail,
     input_files,
     output_file,
     truth_records,
 )
 from fencewatch.report import print_confusion, print_summary
+from streaming.bucket_layout import DEFAULT_BUCKETS, check_buckets  # no Spark import
 
 PROGRESS_MIN_BYTES = 16 * 1024 * 1024
+ENGINES = ("python", "spark")
+SPARK_PROGRESS_SECONDS = 10.0
 
 
 def add_parser(sub: Any) -> None:
@@ -45,9 +51,45 @@ def add_parser(sub: Any) -> None:
         help="a simulator's ground truth: print injected vs detected per rule and exit 1 if they differ",
     )
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    spark = p.add_argument_group(
+        "engine",
+        "--engine spark runs the streaming job's detector (streaming.job.detect: buckets, RocksDB state) "
+        "over the files on Spark, in one available-now micro-batch, and prints the same alerts, dead letters "
+        "and summary. It reads several files one after another, so they must be consecutive pieces of one "
+        "stream named in time order (it checks, and refuses others); no stdin",
+    )
+    spark.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="python",
+        help="python: this process (default); spark: the streaming job's Spark operator",
+    )
+    spark.add_argument(
+        "--buckets",
+        type=_buckets,
+        default=DEFAULT_BUCKETS,
+        help="--engine spark: split each cluster into this many buckets, judged in parallel "
+        "(default %(default)s)",
+    )
+    spark.add_argument(
+        "--master",
+        default=os.environ.get("FENCEWATCH_SPARK_MASTER", "local[2]"),
+        help="--engine spark: Spark master URL (env FENCEWATCH_SPARK_MASTER; default %(default)s)",
+    )
     add_detector_options(p)
     add_record_limit_option(p)
     p.set_defaults(run=run)
+
+
+def _buckets(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    try:
+        return check_buckets(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--buckets ")) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     input_files(prog, args.files)
     output_file(prog, args.dead_letter, "--dead-letter")
     truth = truth_records(prog, args.truth) if args.truth else None
+    if args.engine == "spark":
+        return run_spark(args, config, truth)
     try:
         inputs = open_inputs(args.files)
     except OSError as exc:
@@ -119,5 +163,59 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: stopped by a signal; judgments still waiting were not made", file=sys.stderr)
         return 130
     if truth is not None:
+        return 0 if print_confusion(confusion(alerts, truth), sys.stderr) else 1
+    return 0
+
+
+def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict[str, Any]] | None) -> int:
+    """``--engine spark``: streaming.file_source.backfill, printed as replay prints."""
+    prog = "fencewatch replay"
+    if "-" in args.files:
+        fail(prog, "--engine spark cannot read stdin ('-')", "name files, or use --engine python")
+    from streaming.file_source import BackfillFailed, BackfillOptions, FilesOutOfOrder, backfill
+    from streaming.job import spark_session
+
+    options = BackfillOptions(
+        files=list(args.files),
+        buckets=args.buckets,
+        detector=config,
+        max_record_bytes=args.max_record_bytes,
+        progress_seconds=None if args.no_progress else SPARK_PROGRESS_SECONDS,
+    )
+    dead_out = open(args.dead_letter, "w") if args.dead_letter else sys.stderr  # noqa: SIM115
+
+    def report_dead(letter: str) -> None:
+        print(letter, file=dead_out)
+
+    def progress(line: str) -> None:
+        print(f"{prog}: {line}", file=sys.stderr, flush=True)
+
+    spark = spark_session(args.master, app_name="fencewatch-replay")
+    try:
+        with sigterm_as_interrupt():
+            result = backfill(spark, options, report_dead, None if args.no_progress else progress)
+    except KeyboardInterrupt:
+        print(f"{prog}: stopped by a signal; nothing was judged", file=sys.stderr)
+        return 130
+    except FilesOutOfOrder as exc:
+        print(
+            f"{prog}: {exc} -- name the pieces in order, concatenate the files, or use --engine python",
+            file=sys.stderr,
+        )
+        return 1
+    except BackfillFailed as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+        if dead_out is not sys.stderr:
+            dead_out.close()
+    out = sys.stdout
+    for alert in result.alerts:
+        out.write(alert + "\n")
+    out.flush()
+    print_summary(result.counters, result.dead_letters, sys.stderr)
+    if truth is not None:
+        alerts = [orjson.loads(a) for a in result.alerts]
         return 0 if print_confusion(confusion(alerts, truth), sys.stderr) else 1
     return 0
