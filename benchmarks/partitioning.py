@@ -89,7 +89,6 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,27 +98,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "integration"))
 
 from spark_cluster import StandaloneCluster  # noqa: E402
+from streaming_throughput import Progress, batch_end, broker_comm, log, per_million, ts  # noqa: E402
 
 from detectors.envelope import envelope_from_obj  # noqa: E402
 
-POLL_SECONDS = 0.05
-# The kernel keeps the first 15 bytes of an executable's name as its comm (TASK_COMM_LEN - 1).
-COMM_LEN = 15
 WORKERS = 2
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
 # ---- CPU of every process of this run, by role ----------------------------------------------------
-
-
-@functools.cache
-def broker_comm() -> str:
-    from streaming.broker import resolve_binary
-
-    return Path(resolve_binary()).name[:COMM_LEN]
 
 
 def process_table() -> tuple[dict[int, list[int]], dict[int, str]]:
@@ -209,45 +195,6 @@ def executors_alive(cluster: StandaloneCluster) -> int:
 
 
 # ---- the query's progress -------------------------------------------------------------------------
-
-
-def ts(progress: dict[str, Any]) -> float:
-    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
-
-
-def batch_end(progress: dict[str, Any]) -> float:
-    return ts(progress) + progress["durationMs"]["triggerExecution"] / 1000
-
-
-class Progress:
-    """Every progress report of a query by batchId (recentProgress keeps 100)."""
-
-    def __init__(self, query: Any):
-        self.query = query
-        self.batches: dict[int, dict[str, Any]] = {}
-
-    def poll(self) -> None:
-        for p in self.query.recentProgress:
-            self.batches[p["batchId"]] = p
-        if self.query.exception() is not None:
-            raise RuntimeError(f"query failed: {self.query.exception()}")
-
-    def rows(self) -> int:
-        return sum(p["numInputRows"] for p in self.batches.values())
-
-    def with_input(self, after: int = -1) -> list[dict[str, Any]]:
-        return [p for b, p in sorted(self.batches.items()) if b > after and p["numInputRows"] > 0]
-
-    def wait_until(self, done: Callable[[], bool], what: str, timeout: float, report: float = 30.0) -> None:
-        deadline, next_report = time.time() + timeout, time.time() + report
-        while not done():
-            if time.time() > deadline:
-                raise TimeoutError(f"no {what} in {timeout:.0f} s (the job read {self.rows():,} rows)")
-            if time.time() > next_report:
-                log(f"  ... {self.rows():,} rows read in {len(self.with_input())} batches")
-                next_report += report
-            time.sleep(POLL_SECONDS)
-            self.poll()
 
 
 # ---- Spark's REST API -------------------------------------------------------------------------------
@@ -513,12 +460,6 @@ def publish(broker: Any, topic: str, partitions: int, events: list[dict]) -> Non
 def executors_per_million(cpu: dict[str, float], rows: int) -> float:
     """The executors' CPU-seconds (JVMs and Python workers) per million events."""
     return sum(s for role, s in cpu.items() if role.startswith("executor")) * 1e6 / rows
-
-
-def per_million(cpu: dict[str, float], rows: int) -> tuple[float, float]:
-    """CPU-seconds per million events: (without the broker, with it)."""
-    without = sum(s for role, s in cpu.items() if role != "broker")
-    return without * 1e6 / rows, (without + cpu["broker"]) * 1e6 / rows
 
 
 def main(argv: list[str] | None = None) -> int:

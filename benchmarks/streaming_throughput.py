@@ -239,11 +239,15 @@ class Progress:
     def rows(self) -> int:
         return sum(p["numInputRows"] for p in self.batches.values())
 
-    def wait_until(self, done: Callable[[], bool], what: str, timeout: float) -> None:
-        deadline = time.time() + timeout
+    def wait_until(self, done: Callable[[], bool], what: str, timeout: float, report: float = 30.0) -> None:
+        """Poll until ``done()``; a progress line every ``report`` seconds."""
+        deadline, next_report = time.time() + timeout, time.time() + report
         while not done():
             if time.time() > deadline:
                 raise TimeoutError(f"no {what} in {timeout:.0f} s (job consumed {self.rows():,} rows)")
+            if time.time() > next_report:
+                log(f"  ... {self.rows():,} rows read in {len(self.with_input())} batches")
+                next_report += report
             time.sleep(POLL_SECONDS)
             self.poll()
 

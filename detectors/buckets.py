@@ -25,7 +25,7 @@ the SQL to.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -74,11 +74,16 @@ class Bucket:
     def owns(self, partition: int) -> bool:
         return self.count == 1 or partition % self.count == self.index
 
-    def owned(self, items: list[_P] | tuple[_P, ...]) -> list[_P]:
-        """The entries of a request's partitions that this bucket judges."""
+    def owned(self, items: Sequence[_P]) -> Sequence[_P]:
+        """The entries of a request's partitions that this bucket judges
+        (``items`` itself when the bucket owns everything)."""
         if self.count == 1:
-            return list(items)
+            return items
         return [item for item in items if item.partition % self.count == self.index]
+
+    def is_home(self, env: Envelope) -> bool:
+        """Whether this bucket is ``env``'s home (see :func:`buckets_of`)."""
+        return self.count == 1 or buckets_of(env, self.count)[0] == self.index
 
 
 WHOLE = Bucket()  # the default: one bucket owns every partition

@@ -28,7 +28,7 @@ from typing import Any
 
 from detectors import rules
 from detectors.alerts import Alert, Evidence
-from detectors.buckets import PARTITION_RECORDS, WHOLE, Bucket
+from detectors.buckets import WHOLE, Bucket
 from detectors.cluster import ClusterState, Counters
 from detectors.config import DetectorConfig
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, Unverified, dumps
@@ -296,15 +296,8 @@ class Detector:
         for log in (cs.metadata_log, cs.remote_log):
             if log.held_count():
                 for env in log.ready(watermark_ms):
-                    self._process(cs, env, letters, self._home_of_held(cs, env))
-
-    @staticmethod
-    def _home_of_held(cs: _Cluster, env: Envelope) -> bool:
-        """Whether a held record was its home bucket's copy. Only metadata is
-        fanned out to several buckets, and only what is not a partition's, with
-        bucket 0 its home (the split in detectors.buckets, and in
-        streaming/routing.py, decides the same from the record alone)."""
-        return cs.bucket.index == 0 or env.kind != "metadata" or env.body.get("type") in PARTITION_RECORDS
+                    # Held records lost the routing's word on their home: recompute it.
+                    self._process(cs, env, letters, cs.bucket.is_home(env))
 
     def _judge_due(self, cs: _Cluster, watermark_ms: int | None, letters: list[DeadLetter]) -> None:
         self._release(cs, watermark_ms, letters)
@@ -361,8 +354,9 @@ class Detector:
             if request.error == 0:
                 # Every bucket receives StopReplica: the epoch is the broker's, for all its partitions.
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
-            mine = replace(request, partitions=tuple(owned(request.partitions)))
-            return [(rules.stop_replica.judge, (h, mine, home))]
+            if cs.bucket.count > 1:
+                request = replace(request, partitions=tuple(owned(request.partitions)))
+            return [(rules.stop_replica.judge, (h, request, home))]
         if h.api_key == LEADER_AND_ISR:
             self._leader_and_isr(cs, env, h)
             return []

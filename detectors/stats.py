@@ -58,17 +58,14 @@ def cluster_snapshot(state: Any) -> dict[str, Any]:
     }
 
 
-# Facts of the whole cluster, which every bucket's view holds alike (the
-# cluster-wide metadata reaches all buckets): read from bucket 0, never summed.
-CLUSTER_WIDE = ("brokers", "tracked_brokers", "tracked_topics", "tracked_partitions", "open_alerts")
-
-
 def merge_buckets(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     """One cluster's snapshot from its buckets' snapshots (detectors.buckets):
     counters and pending judgments summed, the newest event time the newest,
     cluster-wide facts from bucket 0 (the home of quorum records too)."""
     ordered = sorted(snapshots, key=lambda s: s.get("bucket", 0))
-    merged = {**ordered[0], "alerts": []}
+    # Bucket 0's copy of every cluster-wide fact (brokers, topics, tracked
+    # partitions, open quorum alerts): every bucket's view holds them alike.
+    merged = dict(ordered[0])
     for name in ("events", "unverified", "dead_letters"):
         table: dict[str, int] = {}
         for snap in ordered:

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 from detectors.config import DetectorConfig
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, MAX_RECORD_BYTES_ENV
 from detectors.truth import TruthFileError, load_truth
+from streaming.bucket_layout import check_buckets  # no Spark import
 
 _DEFAULTS = DetectorConfig()
 
@@ -87,6 +88,18 @@ def _record_bytes(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {value}")
     return value
+
+
+def bucket_count(text: str) -> int:
+    """The argparse type of ``--buckets`` (streaming.bucket_layout)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    try:
+        return check_buckets(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--buckets ")) from None
 
 
 def add_record_limit_option(parser: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import (
     add_detector_options,
     add_record_limit_option,
+    bucket_count,
     detector_config,
     fail,
     input_files,
@@ -27,7 +28,7 @@ from fencewatch.options import (
     truth_records,
 )
 from fencewatch.report import print_confusion, print_summary
-from streaming.bucket_layout import DEFAULT_BUCKETS, check_buckets  # no Spark import
+from streaming.bucket_layout import DEFAULT_BUCKETS  # no Spark import
 
 PROGRESS_MIN_BYTES = 16 * 1024 * 1024
 ENGINES = ("python", "spark")
@@ -66,7 +67,7 @@ def add_parser(sub: Any) -> None:
     )
     spark.add_argument(
         "--buckets",
-        type=_buckets,
+        type=bucket_count,
         default=DEFAULT_BUCKETS,
         help="--engine spark: split each cluster into this many buckets, judged in parallel "
         "(default %(default)s)",
@@ -79,17 +80,6 @@ def add_parser(sub: Any) -> None:
     add_detector_options(p)
     add_record_limit_option(p)
     p.set_defaults(run=run)
-
-
-def _buckets(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    try:
-        return check_buckets(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--buckets ")) from None
 
 
 def run(args: argparse.Namespace) -> int:

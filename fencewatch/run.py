@@ -10,9 +10,9 @@ from contextlib import ExitStack
 from typing import Any
 
 from fencewatch.observability import add_observability_options, check_observability_paths, observability
-from fencewatch.options import add_detector_options, detector_config, output_dir
+from fencewatch.options import add_detector_options, bucket_count, detector_config, output_dir
 from producers.kafka_publisher import SASL_PASSWORD_ENV, parse_config_pairs
-from streaming.bucket_layout import DEFAULT_BUCKETS, check_buckets
+from streaming.bucket_layout import DEFAULT_BUCKETS
 
 
 def add_parser(sub: Any) -> None:
@@ -83,7 +83,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--buckets",
-        type=positive_buckets,
+        type=bucket_count,
         default=None,
         help="split each cluster's partitions into this many buckets, so one cluster's state and "
         f"work spread over several tasks (default {DEFAULT_BUCKETS} for a new checkpoint; a "
@@ -98,13 +98,6 @@ def add_parser(sub: Any) -> None:
     add_observability_options(p)
     add_detector_options(p)
     p.set_defaults(run=run)
-
-
-def positive_buckets(text: str) -> int:
-    try:
-        return check_buckets(int(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--buckets ")) from None
 
 
 def kafka_settings(pairs: list[str]) -> dict[str, str]:

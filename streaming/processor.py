@@ -55,7 +55,8 @@ class DetectorProcessor(StatefulProcessor):
 
     # ---- state ---------------------------------------------------------------------------------
 
-    def _load(self, key: str) -> tuple[int, Detector]:
+    def _load(self, key: str) -> tuple[str, int, Detector]:
+        """The key's cluster, state version and detector."""
         cluster, index = decode_key(key, self.buckets)
         stored = self.snapshot.get()
         version = int(stored[0]) if stored is not None else 0
@@ -70,10 +71,10 @@ class DetectorProcessor(StatefulProcessor):
         store = detector.cluster(cluster).view.partitions
         assert isinstance(store, PartitionStore)
         store.attach(self.partitions)
-        return version, detector
+        return cluster, version, detector
 
-    def _save(self, key: str, version: int, detector: Detector) -> int:
-        store = detector.cluster(decode_key(key, self.buckets)[0]).view.partitions
+    def _save(self, key: str, cluster: str, version: int, detector: Detector) -> int:
+        store = detector.cluster(cluster).view.partitions
         assert isinstance(store, PartitionStore)
         store.flush()
         version += 1
@@ -81,9 +82,9 @@ class DetectorProcessor(StatefulProcessor):
         _LIVE[(self.scope, key)] = (version, detector)
         return version
 
-    def _stats(self, key: str, version: int, detector: Detector) -> dict[str, Any]:
+    @staticmethod
+    def _stats(cluster: str, version: int, detector: Detector) -> dict[str, Any]:
         # The state version orders snapshots of one bucket for the driver's metrics.
-        cluster = decode_key(key, self.buckets)[0]
         return stats_row(cluster, {**detector.snapshot(cluster), "state_version": version})
 
     def _rearm_idle_timer(self, detector: Detector, now_ms: int) -> None:
@@ -97,8 +98,7 @@ class DetectorProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        version, detector = self._load(key[0])
-        cluster = decode_key(key[0], self.buckets)[0]
+        cluster, version, detector = self._load(key[0])
         out: list[dict[str, Any]] = []
         batch = pd.concat(list(rows), ignore_index=True).sort_values(["partition", "offset"], kind="stable")
         # Plain lists: iterating numpy scalars costs several times more per row.
@@ -135,20 +135,19 @@ class DetectorProcessor(StatefulProcessor):
                 else:  # a held record released now: its letter names its own position
                     out.append(dead_letter_row(cluster, letter, None, None))
             out.extend(alert_row(a) for a in detector.drain())
-        version = self._save(key[0], version, detector)
+        version = self._save(key[0], cluster, version, detector)
         self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs())
-        out.append(self._stats(key[0], version, detector))
+        out.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(out, columns=OUTPUT_COLUMNS)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        version, detector = self._load(key[0])
-        cluster = decode_key(key[0], self.buckets)[0]
+        cluster, version, detector = self._load(key[0])
         rows = [dead_letter_row(cluster, letter, None, None) for letter in detector.flush()]
         rows.extend(alert_row(a) for a in detector.drain())
-        version = self._save(key[0], version, detector)
-        rows.append(self._stats(key[0], version, detector))
+        version = self._save(key[0], cluster, version, detector)
+        rows.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""Fixtures for tests against real components: an embedded broker and local Spark.
+"""Fixtures for tests against real components: an embedded broker (and local
+Spark, in tests/conftest.py).
 
 ``broker`` and ``spark`` are started once per session (each takes seconds);
 tests isolate themselves through unique topic, query and directory names.
@@ -6,7 +7,6 @@ tests isolate themselves through unique topic, query and directory names.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import uuid
@@ -23,7 +23,7 @@ if str(REPO_ROOT) not in sys.path:
 from streaming.broker import EmbeddedBroker  # noqa: E402
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    pass
 
 
 @pytest.fixture(scope="session")
@@ -31,37 +31,6 @@ def broker() -> Iterator[EmbeddedBroker]:
     """A tansu broker on a random free port, stopped after the session."""
     with EmbeddedBroker() as running:
         yield running
-
-
-@pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """A ``local[2]`` SparkSession: 2 shuffle partitions, no UI, temp warehouse."""
-    from pyspark.sql import SparkSession
-
-    # Spark starts its Python workers from the JVM's environment: they must use
-    # this interpreter (the venv's packages) and import this checkout's code.
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYSPARK_PYTHON", sys.executable)
-        env.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-        env.setenv(
-            "PYTHONPATH",
-            os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        )
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("fencewatch-integration-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .getOrCreate()
-        )
-        session.sparkContext.setLogLevel("ERROR")
-        try:
-            yield session
-        finally:
-            session.stop()
 
 
 @pytest.fixture

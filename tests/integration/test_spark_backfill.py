@@ -16,13 +16,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from test_job import BAD_RECORDS, simulate
 
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
 from fencewatch.cli import main as fencewatch
 from fencewatch.report import print_summary
-from producers.simulator import SimConfig, Simulator
 from streaming.file_source import BackfillOptions, BackfillResult, FilesOutOfOrder, backfill
 
 pytestmark = pytest.mark.integration
@@ -31,10 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RECORD_LIMIT = 4096  # --max-record-bytes for the bad-lines file
 # Bad lines, each with the class replay gives it (inserted among good ones).
 BAD_LINES = [
-    (b'{"cluster": "sim-1", "ts_ms": 1763720000000, "kind": "request"', "malformed_json"),  # truncated
-    (b'{"cluster": "sim-1", "node": 1, "ts_ms": "yesterday", "kind": "request", "body": {}}', "wrong_type"),
-    (b'{"cluster": "sim-1", "node": 1, "ts_ms": 1763720000000, "kind": "gossip", "body": {}}', "wrong_type"),
-    (b"\xff\xfe not utf-8", "malformed_json"),
+    # the job's bad records, but for the cluster mismatch (a file has no record key)
+    *((bad, kind) for bad, kind in BAD_RECORDS if kind != "cluster_mismatch"),
     (
         b'{"cluster": "sim-1", "node": 1, "ts_ms": 1763720000000, "kind": "request", "body": {"x": "\xff"}}',
         "malformed_json",
@@ -46,11 +44,6 @@ BAD_LINES = [
     (b"y" * (RECORD_LIMIT + 1), "too_large"),  # one byte over: the reader knows its size
     (b"z" * RECORD_LIMIT, "malformed_json"),  # at the limit: read, and not JSON
 ]
-
-
-def simulate(seed: int, events: int) -> list[bytes]:
-    sim = Simulator(SimConfig(seed=seed, fault_rate=0.01))
-    return [orjson.dumps(e) for e in sim.events(events)]
 
 
 def write(path: Path, lines: Sequence[bytes], newline: bytes = b"\n") -> str:
@@ -103,7 +96,7 @@ def sorted_letters(letters: list[dict]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[bytes], str]:
-    lines = simulate(seed=7, events=20_000)
+    lines = [orjson.dumps(e) for e in simulate(seed=7, events=20_000)[0]]
     return lines, write(tmp_path_factory.mktemp("history") / "history.jsonl", lines)
 
 

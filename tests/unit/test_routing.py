@@ -1,6 +1,6 @@
 """streaming.routing against its reference, detectors.buckets.buckets_of.
 
-route() runs in a real local Spark session (one per module, JVM only: no
+route() runs in the tests' shared local Spark session (tests/conftest.py; no
 Python worker) over static DataFrames with the Kafka source's columns:
 
 - every envelope of a simulated history with injected faults, and hand-made
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,35 +47,6 @@ PARTIAL_RESULTS = "spark.sql.json.enablePartialResults"
 
 # (key, value) of one Kafka record.
 Record = tuple[str | None, bytes | None]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    """A local session for this module (or the one already running)."""
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        yield active
-        return
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYSPARK_PYTHON", sys.executable)
-        env.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-        session = (
-            SparkSession.builder.master("local[1]")
-            .appName("fencewatch-routing-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "1")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .getOrCreate()
-        )
-        session.sparkContext.setLogLevel("ERROR")
-        try:
-            yield session
-        finally:
-            session.stop()
 
 
 @dataclass
