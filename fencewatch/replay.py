@@ -13,6 +13,7 @@ from tqdm import tqdm
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import DeadLetter, dumps
+from detectors.gc_tuning import tune_for_detector
 from detectors.merge import merge_sources
 from detectors.sources import open_inputs, read_envelopes
 from detectors.truth import confusion
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         disable=args.no_progress or total < PROGRESS_MIN_BYTES or None,
     )
     dead_out = open(args.dead_letter, "w") if args.dead_letter else sys.stderr  # noqa: SIM115
+    tune_for_detector()
     detector = Detector(config)
     out = sys.stdout
     alerts: list[dict[str, Any]] = []

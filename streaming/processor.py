@@ -13,7 +13,6 @@ replay's end of input).
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +28,8 @@ from detectors.buckets import Bucket
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, parse_envelope
+from detectors.gc_tuning import collector_paused, tune_for_detector
+from streaming import snapshot_format
 from streaming.routing import decode_key
 from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row, stats_row
 from streaming.state import DETECTOR_SCHEMA, PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA, PartitionStore
@@ -49,6 +50,7 @@ class DetectorProcessor(StatefulProcessor):
         self.buckets = buckets
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        tune_for_detector()  # this Python worker holds detectors from now on
         self.handle = handle
         self.snapshot = handle.getValueState("detector", DETECTOR_SCHEMA)
         self.partitions = handle.getMapState("partitions", PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA)
@@ -64,7 +66,8 @@ class DetectorProcessor(StatefulProcessor):
         if live is not None and live[0] == version:
             detector = live[1]
         elif stored is not None:
-            detector = pickle.loads(stored[1])
+            with collector_paused():
+                detector = snapshot_format.decode(stored[1])
         else:
             detector = Detector(self.config, bucket=Bucket(index, self.buckets))
             detector.cluster(cluster).view.partitions = PartitionStore()
@@ -78,7 +81,7 @@ class DetectorProcessor(StatefulProcessor):
         assert isinstance(store, PartitionStore)
         store.flush()
         version += 1
-        self.snapshot.update((version, pickle.dumps(detector, protocol=pickle.HIGHEST_PROTOCOL)))
+        self.snapshot.update((version, snapshot_format.encode(detector)))
         _LIVE[(self.scope, key)] = (version, detector)
         return version
 

@@ -9,6 +9,8 @@ Per cluster (the grouping key), two state variables:
 - ``detector``: a ValueState with everything else (brokers, topics, quorum,
   remote segments, pending judgments), pickled, and a version number.
 
+Both are written in a versioned format (streaming.snapshot_format).
+
 A Python worker keeps the unpickled detector between batches and reuses it
 while the stored version matches; after a restart or a retried batch the
 versions differ and the detector is reloaded from the store.
@@ -16,7 +18,6 @@ versions differ and the detector is reloaded from the store.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from detectors.history import History
 from detectors.view import PartitionKey, PartitionState
+from streaming import snapshot_format
 
 PARTITION_KEY_SCHEMA = StructType(
     [StructField("topic", StringType()), StructField("partition", IntegerType())]
@@ -86,7 +88,7 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         assert self._backend is not None, "PartitionStore used before attach()"
         # One state-server round trip: getValue answers None for a key it does not hold.
         value = self._backend.getValue(key)
-        history = pickle.loads(value[0]) if value is not None else None
+        history = snapshot_format.decode(value[0]) if value is not None else None
         self._cache[key] = history
         self._stored[key] = _fingerprint(history)
         return history
@@ -136,7 +138,7 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
             if history is None:
                 self._backend.removeKey(key)
             else:
-                self._backend.updateValue(key, (pickle.dumps(history, protocol=pickle.HIGHEST_PROTOCOL),))
+                self._backend.updateValue(key, (snapshot_format.encode(history),))
             self._stored[key] = fingerprint
             written += 1
         self._touched.clear()

@@ -10,6 +10,7 @@ from typing import Any
 from detectors.alerts import Evidence
 from detectors.history import History
 from detectors.view import PartitionState
+from streaming import snapshot_format
 from streaming.state import PartitionStore
 
 SOURCE = Evidence("view", "metadata", 0, None, 1, "mem:1", "partition record")
@@ -44,6 +45,7 @@ def store_with(backend: RecordingMapState) -> PartitionStore:
 
 def test_reads_write_nothing_back():
     backend = RecordingMapState()
+    # A bare pickle: what releases up to c80c2e7 wrote (state format 0).
     backend.values[("t", 0)] = (pickle.dumps(History(100, state(1))),)
     store = store_with(backend)
     assert store.get(("t", 0)).latest.leader_epoch == 1
@@ -55,19 +57,19 @@ def test_reads_write_nothing_back():
 
 def test_appends_prunes_new_and_removed_partitions_are_written_once():
     backend = RecordingMapState()
-    backend.values[("t", 0)] = (pickle.dumps(History(100, state(1))),)
-    backend.values[("t", 1)] = (pickle.dumps(History(100, state(1))),)
+    backend.values[("t", 0)] = (snapshot_format.encode(History(100, state(1))),)
+    backend.values[("t", 1)] = (snapshot_format.encode(History(100, state(1))),)
     store = store_with(backend)
     store.get(("t", 0)).append(200, state(2))
     store[("t", 5)] = History(300, state(7))
     del store[("t", 1)]
     assert store.flush() == 3
     assert sorted(backend.writes) == [("remove", ("t", 1)), ("update", ("t", 0)), ("update", ("t", 5))]
-    assert pickle.loads(backend.values[("t", 0)][0]).latest.leader_epoch == 2
+    assert snapshot_format.decode(backend.values[("t", 0)][0]).latest.leader_epoch == 2
     backend.writes.clear()
     store.get(("t", 0)).prune(250)
     assert store.flush() == 1 and backend.writes == [("update", ("t", 0))]
-    assert len(pickle.loads(backend.values[("t", 0)][0])) == 1
+    assert len(snapshot_format.decode(backend.values[("t", 0)][0])) == 1
     backend.writes.clear()
     store.get(("t", 0))
     store.get(("t", 5))

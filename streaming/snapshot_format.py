@@ -1,0 +1,45 @@
+"""The versioned bytes of the detector state the job keeps in Spark's state store.
+
+Every value the operator writes (a bucket's detector, a partition's history)
+starts with a four-byte header: ``FWS`` and the state format number. A reader
+knows what it reads: values without the header are format 0, the plain pickles
+written up to c80c2e7 (they load as before, restored by the classes'
+``__setstate__`` and ``detectors.pickling``); a format newer than this release
+knows is refused with a message saying what to do, instead of failing somewhere
+inside unpickling with an attribute error.
+
+When the state's shape changes in a way old pickles cannot follow, raise
+``FORMAT``, keep the old reader as a migration here, and add a checkpoint
+written by the previous release under tests/data/upgrade.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+MAGIC = b"FWS"
+FORMAT = 1
+_HEADER = MAGIC + bytes([FORMAT])
+
+
+class StateFormatError(Exception):
+    """The checkpoint holds state this release cannot read."""
+
+
+def encode(state: Any) -> bytes:
+    return _HEADER + pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode(data: bytes | bytearray | memoryview) -> Any:
+    view = memoryview(data)
+    if view[:3] != MAGIC:
+        return pickle.loads(view)  # format 0: a bare pickle, written up to c80c2e7
+    written = view[3]
+    if written != FORMAT:
+        raise StateFormatError(
+            f"the checkpoint's state is in format {written}, written by a newer fencewatch; this "
+            f"release reads formats 0 to {FORMAT}: run the release that wrote it, or start again "
+            "with a new --checkpoint directory"
+        )
+    return pickle.loads(view[4:])
