@@ -9,8 +9,8 @@ from the metadata log, which a stateless split before the shuffle cannot read.
 
 Each record goes to the buckets of the partitions it names. Records every
 bucket needs go to all of them ("fanned out"): the cluster-wide metadata
-(brokers, topics, features) and StopReplica / LeaderAndIsr, whose controller
-epoch a broker accepts for all its partitions. Records about no partition
+(brokers, topics, features) and StopReplica / LeaderAndIsr / UpdateMetadata,
+whose controller epoch a broker accepts for all its partitions. Records about no partition
 (quorum traffic and state, requests no rule reads) go to bucket 0.
 
 A record reaching several buckets is counted, dead-lettered and judged for
@@ -38,13 +38,14 @@ from detectors.requests import (
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     STOP_REPLICA,
+    UPDATE_METADATA,
     is_quorum_fetch,
 )
 
 # Metadata records about one partition; every other metadata record is fanned out.
 PARTITION_RECORDS = ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD")
 # Requests whose controller epoch every bucket must know.
-FANNED_OUT_APIS = (STOP_REPLICA, LEADER_AND_ISR)
+FANNED_OUT_APIS = (STOP_REPLICA, LEADER_AND_ISR, UPDATE_METADATA)
 # Where each partition-scoped request keeps its partition indexes:
 # request.<topics>[].<partitions>[].<index>.
 PARTITION_PATHS = {
@@ -100,8 +101,10 @@ def buckets_of(env: Envelope, count: int) -> tuple[int, ...]:
             return _of((data.get("partitionId"),), count)
         return tuple(range(count))
     if env.kind == "remote_log_metadata":
-        tip = _dig(body, "data", "remoteLogSegmentId", "topicIdPartition")
-        return _of((tip.get("partition"),), count)
+        # A segment's record names its partition in its segment id; a partition's deletion, directly.
+        segment = _dig(body, "data", "remoteLogSegmentId", "topicIdPartition")
+        deleted = _dig(body, "data", "topicIdPartition")
+        return _of((segment.get("partition"), deleted.get("partition")), count)
     if env.kind != "request":
         return (0,)
     api_key = _dig(body, "requestHeader").get("requestApiKey")

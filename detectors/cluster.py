@@ -64,7 +64,7 @@ class ClusterState:
         self.view = ClusterView(config.retention_ms)
         self.quorum = QuorumView()
         self.remote = RemoteView()
-        # Newest controller epoch each broker accepted (StopReplica / LeaderAndIsr).
+        # Newest controller epoch each broker accepted (StopReplica / LeaderAndIsr / UpdateMetadata).
         self.controller_epochs: dict[int, History[tuple[int, Evidence]]] = {}
         self.out: list[Alert] = []
         self._emitted: OrderedDict[str, None] = OrderedDict()

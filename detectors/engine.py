@@ -34,6 +34,7 @@ from detectors.config import DetectorConfig
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, Unverified, dumps
 from detectors.fields import INT16, get_int, get_obj
 from detectors.history import History
+from detectors.quorum import LEADER_CHANGE
 from detectors.redelivery import Arrival, OffsetOrder, RecentIds, RememberedIds, content_identity
 from detectors.requests import (
     ALTER_PARTITION,
@@ -46,6 +47,7 @@ from detectors.requests import (
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     STOP_REPLICA,
+    UPDATE_METADATA,
     VOTE,
     Header,
     alter_partition,
@@ -54,6 +56,7 @@ from detectors.requests import (
     leader_and_isr,
     partition_outcomes,
     stop_replica,
+    update_metadata,
 )
 from detectors.rules.base import Deferred
 from detectors.stats import cluster_snapshot
@@ -314,6 +317,7 @@ class Detector:
             cs.expired_at_ms = watermark_ms
             cs.view.expire(watermark_ms)
             cs.quorum.prune(watermark_ms - self.config.retention_ms - 2 * self.config.quorum_fetch_timeout_ms)
+            cs.remote.forget_deleted(watermark_ms - self.config.retention_ms)
 
     # ---- per-kind handling -----------------------------------------------------------
 
@@ -322,6 +326,10 @@ class Detector:
         if kind == "metadata":
             if home:
                 self.counters.bump(self.counters.events, "metadata")
+            if env.body.get("type") == LEADER_CHANGE:
+                # Fanned out like every cluster-wide record (detectors.buckets), it
+                # takes its offset in each bucket's log; its home, bucket 0, judges it.
+                return rules.quorum.ingest_leader_change(cs, env) if home else []
             change = cs.view.apply(env)
             if change is not None:
                 rules.isr.judge_change(cs, change)
@@ -359,6 +367,13 @@ class Detector:
             return [(rules.stop_replica.judge, (h, request, home))]
         if h.api_key == LEADER_AND_ISR:
             self._leader_and_isr(cs, env, h)
+            return []
+        if h.api_key == UPDATE_METADATA:
+            # Kafka's ReplicaManager.maybeUpdateMetadataCache takes the controller epoch of an
+            # UpdateMetadata it accepts, as stopReplicas does: StopReplica is then held to it.
+            controller_epoch, error = update_metadata(body)
+            if error == 0:
+                self._accepted_controller_epoch(cs, env, controller_epoch)
             return []
         if h.api_key == ALTER_PARTITION:
             return [(rules.alter_partition.judge, (h, alter_partition(body), home))]

@@ -13,11 +13,30 @@ The tool (Kafka's ``DumpLogSegments``) prints, per file::
 
 Each record line with a ``payload:`` becomes an envelope whose ``body`` is the
 payload object (``{"type", "version", "data"}``), with ``offset`` and ``ts_ms``
-from the record line. Control records (``LeaderChange:``, ``SnapshotHeader``,
-``SnapshotFooter``, ``KRaftVersion``, ``KRaftVoters``, ``endTxnMarker:``,
-``controlType:``) are Raft bookkeeping, not metadata: they are counted by
-Kafka's ``ControlRecordType`` name and skipped. Header, batch and blank lines
-are counted as other lines.
+from the record line.
+
+A LeaderChange control record of a log segment is a quorum fact (KIP-595: the
+leader records the start of its epoch) and becomes an envelope too, with
+``body`` ``{"type": "LEADER_CHANGE", "partitionLeaderEpoch": E, "data": {...}}``:
+``E`` from the batch header line (the epoch lives in the batch, not in the
+record) and ``data`` the LeaderChangeMessage as printed. Kafka's
+``DumpLogSegments`` prints it in one of two forms:
+
+* up to Kafka 4.0 (``core/src/main/scala/kafka/tools/DumpLogSegments.scala``),
+  only its type, ``controlType: LEADER_CHANGE(2)`` (the default case of its
+  control-record match): ``data`` is ``{}``, and the leader is unknown;
+* from Kafka 4.1 (KAFKA-19069, apache/kafka PR 19729; now in ``tools/src/main/
+  java/org/apache/kafka/tools/DumpLogSegments.java``, ``printControlRecord``),
+  ``LeaderChange: `` and the JSON of ``LeaderChangeMessageJsonConverter.write``
+  of the record ``ControlRecordUtils.deserializeLeaderChangeMessage`` read:
+  ``{"version":0,"leaderId":1,"voters":[{"voterId":1}],"grantingVoters":[...]}``
+  (``clients/src/main/resources/common/message/LeaderChangeMessage.json``).
+
+The other control records (``SnapshotHeader``, ``SnapshotFooter``,
+``KRaftVersion``, ``KRaftVoters``, ``endTxnMarker:``, other ``controlType:``)
+are Raft bookkeeping, not metadata: they are counted by Kafka's
+``ControlRecordType`` name and skipped. Header, batch and blank lines are
+counted as other lines.
 
 A line longer than the record size limit is a ``too_large`` dead letter, read
 in bounded pieces and never held whole.
@@ -28,12 +47,16 @@ Two variants are understood:
   ...``) without offset or timestamp. The offset is then the batch's
   ``baseOffset`` plus the record's index in the batch (metadata batches are
   never compacted, so offsets inside a batch are consecutive) and the
-  timestamp is the batch's.
+  timestamp is the batch's. Control records print as blank lines then (the
+  tool prints a control record only with the record metadata), so their
+  LeaderChanges are lost to this form.
 * Snapshots (``.checkpoint`` files, ``Snapshot end offset: N, epoch: E``) number
   their records from 0, which is not a log offset: their envelopes carry
   ``offset: null``, and ``ts_ms`` is the ``SnapshotHeader``'s
   ``lastContainedLogTimestamp`` when it is known (the snapshot's state is as
   of that time, not of the snapshot's writing), else the record's CreateTime.
+  A LeaderChange there, without a log offset, could be neither ordered nor
+  judged: it is counted and skipped.
 """
 
 from __future__ import annotations
@@ -47,6 +70,7 @@ import orjson
 
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, LongLine, bounded_lines, decode_line, within_limit
+from detectors.quorum import LEADER_CHANGE
 
 _RECORD = re.compile(r"\|\s*offset: (-?\d+) (\w+): (-?\d+)(.*)")
 _PAYLOAD_ONLY = re.compile(r"\|?\s*payload: ")
@@ -61,7 +85,7 @@ _CONTROL = re.compile(
     r"|(?P<named>LeaderChange:|SnapshotHeader|SnapshotFooter|KRaftVersion|KRaftVoters)(?= |$))"
 )
 _CONTROL_NAMES = {
-    "LeaderChange:": "LEADER_CHANGE",
+    "LeaderChange:": LEADER_CHANGE,
     "SnapshotHeader": "SNAPSHOT_HEADER",
     "SnapshotFooter": "SNAPSHOT_FOOTER",
     "KRaftVersion": "KRAFT_VERSION",
@@ -99,6 +123,7 @@ class _Batch:
     last_offset: int
     is_control: bool
     ts_ms: int | None
+    leader_epoch: int | None  # partitionLeaderEpoch; None if not printed (before magic 2)
     seen: int = 0  # record lines of this batch so far
 
 
@@ -120,7 +145,7 @@ class _Line:
     ts_ms: int | None
     payload: str | None
     control: str | None  # ControlRecordType name, None if no control marker
-    control_json: str = ""
+    control_json: str | None = None  # what follows a named control marker; None after ``controlType:``
 
 
 def _check_identity(cluster: str, node: int | None) -> None:
@@ -232,9 +257,11 @@ def _parse_batch(text: str) -> _Batch | None:
             base = last = int(pairs["offset"])
         ts_key = next((key for key in _TS_TYPES if key in pairs), None)
         ts_ms = int(pairs[ts_key]) if ts_key else None
+        epoch = pairs.get("partitionLeaderEpoch")
+        leader_epoch = int(epoch) if epoch is not None else None
     except (KeyError, ValueError):
         return None
-    return _Batch(base, last, pairs.get("isControl") == "true", ts_ms)
+    return _Batch(base, last, pairs.get("isControl") == "true", ts_ms, leader_epoch)
 
 
 def _split(text: str) -> _Line | None:
@@ -253,8 +280,9 @@ def _split(text: str) -> _Line | None:
     if control is None:
         return _Line(int(offset), ts_type, int(ts), None, None)
     name = control.group("txn") or control.group("other")
-    if name is None:
-        name = _CONTROL_NAMES[control.group("named")]
+    if name is not None:
+        return _Line(int(offset), ts_type, int(ts), None, name)
+    name = _CONTROL_NAMES[control.group("named")]
     return _Line(int(offset), ts_type, int(ts), None, name, rest[control.end() :].strip())
 
 
@@ -275,13 +303,14 @@ def _record(
         reason = "unrecognised record line: no 'offset:' and no 'payload:'"
         return DeadLetter(position, reason, text, kind=DeadLetterClass.INVALID)
     in_control_batch = batch is not None and batch.is_control
-    if line.control is not None or (line.payload is None and in_control_batch):
+    is_control = line.control is not None or (line.payload is None and in_control_batch)
+    if is_control and (line.control != LEADER_CHANGE or section.snapshot):
         kind = line.control or UNKNOWN_CONTROL
         counts.control_records_by_type[kind] = counts.control_records_by_type.get(kind, 0) + 1
         if kind == "SNAPSHOT_HEADER":
-            section.snapshot_ts_ms = _last_contained_ts(line.control_json)
+            section.snapshot_ts_ms = _last_contained_ts(line.control_json or "")
         return None
-    if line.payload is None:
+    if not is_control and line.payload is None:
         reason = "record line has no payload (dump with --cluster-metadata-decoder)"
         return DeadLetter(position, reason, text, kind=DeadLetterClass.INVALID)
     offset, ts_ms = line.offset, line.ts_ms
@@ -300,7 +329,7 @@ def _record(
         reason = f"record has no usable timestamp ({ts_ms})"
         return DeadLetter(position, reason, text, kind=DeadLetterClass.NO_TIMESTAMP)
     try:
-        body = _payload(line.payload)
+        body = _leader_change(line.control_json, batch) if is_control else _payload(line.payload or "")
     except BadRecord as exc:
         return exc.dead_letter(position, text)
     if section.snapshot:
@@ -316,6 +345,28 @@ def _record(
         "body": body,
     }
     return envelope_or_dead_letter(obj, position, seq, text)
+
+
+def _leader_change(printed: str | None, batch: _Batch | None) -> dict[str, Any]:
+    """The body of a LeaderChange: its batch's epoch and the LeaderChangeMessage
+    as printed (``{}`` when the tool printed only the control type: ``printed``
+    None); raise :class:`BadRecord` saying why it cannot be used."""
+    if batch is None or batch.leader_epoch is None:
+        raise BadRecord(
+            "LeaderChange without its batch header line (partitionLeaderEpoch): its epoch is unknown",
+            DeadLetterClass.INVALID,
+        )
+    data: Any = {}
+    if printed is not None:
+        try:
+            data = orjson.loads(printed)
+        except orjson.JSONDecodeError as exc:
+            raise BadRecord(f"malformed LeaderChange JSON: {exc}", DeadLetterClass.MALFORMED_JSON) from None
+        if not isinstance(data, dict):
+            raise BadRecord(
+                f"LeaderChange must be a JSON object, got {type(data).__name__}", DeadLetterClass.WRONG_TYPE
+            )
+    return {"type": LEADER_CHANGE, "partitionLeaderEpoch": batch.leader_epoch, "data": data}
 
 
 def _payload(text: str) -> dict[str, Any]:

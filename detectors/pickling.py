@@ -10,7 +10,9 @@ class with these field values" instead, a detector 40k simulated events in
 instead of 63 ms (medians of 7; docs/performance.md).
 
 Snapshots pickled before (which stored field tuples for ``__setstate__``)
-still load: the dataclass keeps its ``__setstate__``.
+still load, through a ``__setstate__`` that also gives fields added since
+(always at the end, always with a default) their default: the constructor
+call does the same for snapshots pickled the new way.
 """
 
 from __future__ import annotations
@@ -37,5 +39,25 @@ def fast_pickle(cls: type[T]) -> type[T]:
         def __reduce__(self: Any) -> tuple[Any, ...]:
             return (cls, values(self))
 
+    def __setstate__(self: Any, state: list[Any] | tuple[dict[str, Any] | None, dict[str, Any]]) -> None:
+        # A frozen dataclass pickled its field values as a list (dataclasses' __getstate__);
+        # any other slots class as (None, {slot: value}), Python's default for slots.
+        if isinstance(state, list):
+            values = dict(zip((f.name for f in fields), state, strict=False))
+        else:
+            values = {**(state[0] or {}), **state[1]}
+        for f in fields:
+            if f.name in values:
+                value = values[f.name]
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                assert f.default is not dataclasses.MISSING, (
+                    f"{cls.__name__}.{f.name}: added without a default"
+                )
+                value = f.default
+            object.__setattr__(self, f.name, value)  # the dataclass may be frozen
+
     cls.__reduce__ = __reduce__  # type: ignore[assignment,method-assign]
+    cls.__setstate__ = __setstate__  # type: ignore[attr-defined]
     return cls

@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 from detectors.alerts import Evidence
 from detectors.pickling import fast_pickle
 
+# The body ``type`` of a LeaderChange control record of the metadata log, as
+# detectors.parse_metadata_dump makes it: Kafka's ControlRecordType name
+# (clients/.../common/record/ControlRecordType.java, id 2), which no metadata
+# record type (``*_RECORD``) can take.
+LEADER_CHANGE = "LEADER_CHANGE"
+
 
 @fast_pickle
 @dataclass(frozen=True, slots=True)
@@ -35,6 +41,9 @@ class QuorumView:
     fetches: dict[tuple[int, int], dict[int, list[int]]] = field(default_factory=dict)
     # (node, epoch) -> evidence of the zombie-leader alert that is firing
     open_zombies: dict[tuple[int, int], Evidence] = field(default_factory=dict)
+    # (epoch, evidence) of the highest-epoch LeaderChange of the metadata log so far,
+    # in offset order. Last, so that a state pickled before it restores (fast_pickle).
+    log_epoch: tuple[int, Evidence] | None = None
 
     def add_claim(self, node: int, epoch: int, ts_ms: int, evidence: Evidence) -> None:
         by_node = self.claims.setdefault(epoch, {})

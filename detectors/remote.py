@@ -25,12 +25,17 @@ STATE_NAMES = (
 
 SEGMENT_RECORD = "REMOTE_LOG_SEGMENT_METADATA_RECORD"
 UPDATE_RECORD = "REMOTE_LOG_SEGMENT_METADATA_UPDATE_RECORD"
+PARTITION_DELETE_RECORD = "REMOTE_PARTITION_DELETE_METADATA_RECORD"
 _TYPE_ALIASES = {
     "RemoteLogSegmentMetadataRecord": SEGMENT_RECORD,
     "RemoteLogSegmentMetadataUpdateRecord": UPDATE_RECORD,
+    "RemotePartitionDeleteMetadataRecord": PARTITION_DELETE_RECORD,
     SEGMENT_RECORD: SEGMENT_RECORD,
     UPDATE_RECORD: UPDATE_RECORD,
+    PARTITION_DELETE_RECORD: PARTITION_DELETE_RECORD,
 }
+# RemotePartitionDeleteState ids: DELETE_PARTITION_MARKED 0, _STARTED 1, _FINISHED 2.
+PARTITION_DELETE_FINISHED = 2
 
 
 @fast_pickle
@@ -59,6 +64,16 @@ class SegmentEvent:
 
 
 @fast_pickle
+@dataclass(frozen=True, slots=True)
+class PartitionDeleteEvent:
+    """A remote-partition-delete record: the partition's remote segments are to go."""
+
+    key: tuple[str, int]
+    broker_id: int
+    state: int
+
+
+@fast_pickle
 @dataclass(slots=True)
 class PartitionSegments:
     # leader epoch -> the end offset a later epoch's accepted segment established for it
@@ -71,6 +86,24 @@ class PartitionSegments:
 class RemoteView:
     segments: dict[str, Segment] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionSegments] = field(default_factory=dict)
+    # partition -> (when it was first seen marked for deletion, when its deletion finished)
+    deleting: dict[tuple[str, int], tuple[int, int | None]] = field(default_factory=dict)
+
+    def mark_deleting(self, event: PartitionDeleteEvent, ts_ms: int) -> None:
+        marked, finished = self.deleting.get(event.key, (ts_ms, None))
+        if event.state == PARTITION_DELETE_FINISHED:
+            finished = ts_ms if finished is None else min(finished, ts_ms)
+        self.deleting[event.key] = (min(marked, ts_ms), finished)
+
+    def deleted_since(self, key: tuple[str, int]) -> int | None:
+        """When ``key`` was first seen marked for deletion, if it was."""
+        found = self.deleting.get(key)
+        return None if found is None else found[0]
+
+    def forget_deleted(self, before_ms: int) -> None:
+        """Drop partitions whose deletion finished before ``before_ms``."""
+        for key in [k for k, (_, done) in self.deleting.items() if done is not None and done < before_ms]:
+            del self.deleting[key]
 
 
 def _state(value: Any, path: str) -> int:
@@ -84,14 +117,22 @@ def _state(value: Any, path: str) -> int:
     raise BadRecord(f"{path} must be one of {', '.join(STATE_NAMES)} (or 0-3), got {value!r}", kind)
 
 
-def parse_event(body: dict[str, Any]) -> SegmentEvent:
+def parse_event(body: dict[str, Any]) -> SegmentEvent | PartitionDeleteEvent:
     record_type = _TYPE_ALIASES.get(str(get_str(body, "type", "body")))
     if record_type is None:
         raise BadRecord(
-            f"body.type {body.get('type')!r} is not a remote log segment metadata record",
+            f"body.type {body.get('type')!r} is not a remote log metadata record",
             DeadLetterClass.INVALID,
         )
     data = get_obj(body, "data", "body")
+    if record_type == PARTITION_DELETE_RECORD:
+        # RemotePartitionDeleteMetadataRecord.json: topicIdPartition, brokerId, remotePartitionDeleteState.
+        tip = get_obj(data, "topicIdPartition", "data")
+        topic_id = get_str(tip, "id", "data.topicIdPartition")
+        assert topic_id is not None
+        state = get_int(data, "remotePartitionDeleteState", "data", bounds=(0, PARTITION_DELETE_FINISHED))
+        key = (topic_id, get_int(tip, "partition", "data.topicIdPartition"))
+        return PartitionDeleteEvent(key, get_int(data, "brokerId", "data"), state)
     ident = get_obj(data, "remoteLogSegmentId", "data")
     tip = get_obj(ident, "topicIdPartition", "data.remoteLogSegmentId")
     topic_id = get_str(tip, "id", "data.remoteLogSegmentId.topicIdPartition")

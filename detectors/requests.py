@@ -23,7 +23,7 @@ from detectors.fields import (
 )
 from detectors.pickling import fast_pickle
 
-PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA = 0, 1, 2, 4, 5
+PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 0, 1, 2, 4, 5, 6
 OFFSET_FOR_LEADER_EPOCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, ALTER_PARTITION = 23, 52, 53, 54, 56
 API_NAMES = {
     PRODUCE: "PRODUCE",
@@ -31,6 +31,7 @@ API_NAMES = {
     LIST_OFFSETS: "LIST_OFFSETS",
     LEADER_AND_ISR: "LEADER_AND_ISR",
     STOP_REPLICA: "STOP_REPLICA",
+    UPDATE_METADATA: "UPDATE_METADATA",
     OFFSET_FOR_LEADER_EPOCH: "OFFSET_FOR_LEADER_EPOCH",
     VOTE: "VOTE",
     BEGIN_QUORUM_EPOCH: "BEGIN_QUORUM_EPOCH",
@@ -373,6 +374,16 @@ def leader_and_isr(body: dict[str, Any]) -> tuple[int, int, list[LeaderAndIsrPar
             )
         )
     return get_int(request, "controllerEpoch", "body.request"), error, partitions
+
+
+def update_metadata(body: dict[str, Any]) -> tuple[int, int]:
+    """(controller epoch, error) of a ZooKeeper-mode UpdateMetadata. Kafka's
+    UpdateMetadataRequest.json has ``controllerEpoch`` at the top of the request
+    in every version; the response carries only ``errorCode``."""
+    request = get_obj(body, "request", "body")
+    response = get_obj(body, "response", "body")
+    error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+    return get_int(request, "controllerEpoch", "body.request"), error
 
 
 @fast_pickle

@@ -325,9 +325,18 @@ class ClusterView:
         self, key: PartitionKey, name: str, ts_ms: int, state: PartitionState
     ) -> None:
         """ZooKeeper mode has no metadata log: an accepted LeaderAndIsr is the
-        epoch source. Only newer epochs move the view (requests can be reordered)."""
-        topic = self.topics.setdefault(key[0], Topic(name))
-        topic.saw(key[1])
+        epoch source. Only newer epochs move the view (requests can be reordered).
+
+        LeaderAndIsr v5+ names a topic by id and by name, and the view keys it by
+        id; StopReplica names it by name only, so the name is recorded to resolve
+        to that id as a TOPIC_RECORD would."""
+        topic_key, index = key
+        topic = self.topics.setdefault(topic_key, Topic(name))
+        topic.saw(index)
+        if not topic_key.startswith("name:"):
+            named = self.topic_ids_by_name.get(name)
+            if named is None or named.latest != topic_key:
+                self._name(name, ts_ms, topic_key)
         history = self.partitions.get(key)
         if history is None or state.leader_epoch > history.latest.leader_epoch:
             self._set_partition(key, ts_ms, state)

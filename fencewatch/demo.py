@@ -1,11 +1,18 @@
 """``fencewatch demo``: everything on the embedded default. Starts the embedded
 broker, creates the topics, publishes simulated traffic with injected faults,
 runs the streaming job on local Spark, prints alerts as they arrive, and ends
-with injected versus detected per rule."""
+with injected versus detected per rule.
+
+Two simulated clusters share the event topic: ``sim-1`` as envelopes, every
+rule injected, and ``sim-native``, whose quorum states and remote log metadata
+go through Kafka's own forms (quorum-state files and RemoteLogMetadataFormatter
+lines, kept in the demo's temporary directory) and fencewatch's parsers, as
+``fencewatch ship`` sends a real cluster's (producers.native_forms)."""
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import sys
 import tempfile
 import threading
@@ -47,7 +54,10 @@ def add_parser(sub: Any) -> None:
 def _line(payload: str) -> str:
     alert = orjson.loads(payload)
     where = f" {alert['topic']}-{alert['partition']}" if alert.get("partition") is not None else ""
-    return f"[{alert['severity']:>8}] {alert['rule']}{where} node {alert['node']}: {alert['message']}"
+    return (
+        f"[{alert['severity']:>8}] {alert['cluster']} {alert['rule']}{where} node {alert['node']}: "
+        f"{alert['message']}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,24 +93,40 @@ def run(args: argparse.Namespace) -> int:
             spark, options, console=None, on_alert=on_alert, metrics=obs.metrics, webhooks=obs.webhooks
         )
         sim = Simulator(SimConfig(seed=args.seed, fault_rate=args.fault_rate))
+        native = Simulator(
+            SimConfig(
+                seed=args.seed + 1, cluster="sim-native", fault_rate=args.fault_rate, native_forms=True
+            ),
+            native_dir=f"{work}/native",
+        )
         publisher = KafkaPublisher(broker.bootstrap_servers, "fencewatch-events")
+        native_events = args.events // 2
 
         def publish() -> None:
             bucket = TokenBucket(args.rate)
-            for env in sim.events(args.events):
+            # Each cluster has its own watermark, so how the two interleave does not matter.
+            both = heapq.merge(
+                sim.events(args.events), native.events(native_events), key=lambda e: e["ts_ms"]
+            )
+            for env in both:
                 bucket.take()
                 publisher.publish(env)
             # Closed here, while the broker still runs: a producer left open logs a
             # disconnect when the broker stops.
             publisher.close(60)
 
-        say(f"publishing {args.events} simulated events at {args.rate}/s with faults")
+        say(
+            f"publishing {args.events + native_events} simulated events at {args.rate}/s with faults; "
+            f"sim-native's quorum states and remote log metadata as Kafka writes them (quorum-state "
+            f"files, kafka-console-consumer.sh formatter lines in {work}/native), read by fencewatch's "
+            "parsers as `fencewatch ship quorum-state|remote-log-metadata` reads them"
+        )
         feeder = threading.Thread(target=publish, name="simulator", daemon=True)
         feeder.start()
         try:
             deadline = time.monotonic() + args.events / max(args.rate, 1) + args.timeout_seconds
             while time.monotonic() < deadline and query.exception() is None:
-                if not feeder.is_alive() and len(received) >= len(sim.truth):
+                if not feeder.is_alive() and len(received) >= len(sim.truth) + len(native.truth):
                     break
                 query.awaitTermination(1)
         except KeyboardInterrupt:
@@ -111,5 +137,11 @@ def run(args: argparse.Namespace) -> int:
         if query.exception() is not None:
             print(f"fencewatch demo: the streaming job failed: {query.exception()}", file=sys.stderr)
             return 1
-        say(f"{len(received)} alerts; {len(sim.truth)} violations injected")
-        return 0 if print_confusion(confusion(received, sim.truth), sys.stderr) else 1
+        assert native.native is not None
+        say(
+            f"{len(received)} alerts; {len(sim.truth) + len(native.truth)} violations injected; "
+            f"sim-native shipped {native.native.quorum_stats.records} quorum-state files and "
+            f"{native.native.remote_stats.records} remote-log-metadata lines in native form"
+        )
+        truth = sim.truth + native.truth
+        return 0 if print_confusion(confusion(received, truth), sys.stderr) else 1

@@ -4,11 +4,15 @@
         --cluster prod-eu-1 --node 2 /var/log/kafka/kafka-request.log
     fencewatch ship metadata-dump --bootstrap-servers kafka:9092 --topic fencewatch-events \\
         --cluster prod-eu-1 dump-0.txt dump-1.txt
+    fencewatch ship quorum-state --bootstrap-servers kafka:9092 --topic fencewatch-events \\
+        --cluster prod-eu-1 --node 3000 /var/lib/kafka/__cluster_metadata-0
 
 ``request-log`` follows the file like ``tail -F`` (rotation by rename and by
 copytruncate survive, see :mod:`producers.tail`) until SIGTERM/SIGINT, or with
 ``--once`` reads to the current end and exits. ``metadata-dump`` publishes its
-files once and exits.
+files once and exits. ``quorum-state`` watches a controller's quorum-state file
+(see :class:`QuorumStateShipper`) until SIGTERM/SIGINT, or with ``--once``
+publishes the current state and exits.
 
 Records are keyed by ``--cluster``; values are envelope JSON. Dead letters go to
 ``--dead-letter-topic`` when given, else to stderr as JSON lines.
@@ -52,6 +56,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from detectors.envelope import DeadLetter, Envelope
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES
 from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
+from detectors.parse_quorum_state import FILE_NAME as QUORUM_STATE_FILE_NAME
+from detectors.parse_quorum_state import QuorumStateStats, parse_quorum_state
+from detectors.parse_remote_log_metadata import RemoteLogMetadataStats, iter_remote_log_metadata
 from detectors.parse_request_log import RequestLogStats, iter_request_log
 from fencewatch.options import add_record_limit_option, input_file, input_files, output_file
 from producers.kafka_publisher import (
@@ -64,6 +71,8 @@ from producers.tail import FileFollower, FilePosition, Segment, StateError, Stat
 
 REQUEST_LOG = "request-log"
 METADATA_DUMP = "metadata-dump"
+QUORUM_STATE = "quorum-state"
+REMOTE_LOG_METADATA = "remote-log-metadata"
 STATE_SUFFIX = ".fencewatch-offset"
 BOOTSTRAP_ENV = "FENCEWATCH_BOOTSTRAP_SERVERS"
 TOPIC_ENV = "FENCEWATCH_TOPIC"
@@ -143,10 +152,11 @@ def add_parser(subparsers: Any) -> None:
     """Register ``ship`` on the ``fencewatch`` command line."""
     parser = subparsers.add_parser(
         "ship",
-        help="publish Kafka's request log or metadata dump as envelopes to a topic",
+        help="publish Kafka's request log, metadata dump or quorum state as envelopes to a topic",
         description="Publish native Kafka logs as fencewatch envelopes to a Kafka topic, keyed by "
         "cluster. request-log follows a live kafka-request.log like tail -F; metadata-dump "
-        "publishes kafka-dump-log.sh --cluster-metadata-decoder output once.",
+        "publishes kafka-dump-log.sh --cluster-metadata-decoder output once; quorum-state watches "
+        "a controller's quorum-state file and publishes each new state.",
         epilog="Exit codes: 0 done, 1 a file cannot be used or records could not be delivered, "
         "2 usage error.",
     )
@@ -206,6 +216,48 @@ def add_parser(subparsers: Any) -> None:
     _add_common(dump)
     dump.add_argument("--node", type=int, help="id of the controller whose log was dumped (optional)")
     dump.add_argument("files", nargs="+", metavar="FILE", help="dump files; '-' is stdin")
+
+    remote = formats.add_parser(
+        REMOTE_LOG_METADATA,
+        help="publish __remote_log_metadata as kafka-console-consumer.sh prints it",
+        description="Publish __remote_log_metadata records as kafka-console-consumer.sh prints them "
+        "with --formatter 'org.apache.kafka.server.log.remote.metadata.storage.serialization."
+        "RemoteLogMetadataSerde$RemoteLogMetadataFormatter'. Files are read to their end; stdin is "
+        "followed for as long as the consumer piped into it runs. Nothing is saved between runs: "
+        "started again from the beginning, it repeats records, which the detector drops as "
+        "duplicates (they carry their own event time).",
+    )
+    _add_common(remote)
+    remote.add_argument("files", nargs="+", metavar="FILE", help="formatter output files; '-' is stdin")
+
+    quorum = formats.add_parser(
+        QUORUM_STATE,
+        help="watch a controller's quorum-state file and publish each new state once",
+        description="Watch the quorum-state file a KRaft controller keeps in __cluster_metadata-0 "
+        "and publish each new content once, stamped with the time it was seen (the file has none). "
+        "Kafka replaces the file by renaming a new one over it; that is followed. A state written "
+        "and replaced again within one poll interval is never seen. A restart publishes the current "
+        "state again; the detector recognises it by its content and drops it as a duplicate.",
+        epilog="Exit codes: 0 done (stopped by SIGTERM/SIGINT or --once), 1 the file cannot be read "
+        "or records could not be delivered, 2 usage error.",
+    )
+    _add_common(quorum)
+    quorum.add_argument(
+        "--node", type=int, required=True, help="id of the controller whose file it is (the file names none)"
+    )
+    quorum.add_argument("--once", action="store_true", help="publish the current state and exit")
+    quorum.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.1,
+        metavar="SECONDS",
+        help="how often to read the file; states replaced faster are missed (default %(default)s)",
+    )
+    quorum.add_argument(
+        "path",
+        metavar="PATH",
+        help=f"the {QUORUM_STATE_FILE_NAME} file, or the __cluster_metadata-0 directory holding it",
+    )
     parser.set_defaults(run=run)
 
 
@@ -242,13 +294,14 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 def _usage_problem(args: argparse.Namespace) -> str | None:
     if not args.cluster or len(args.cluster) > _MAX_CLUSTER_CHARS:
         return f"--cluster must be 1 to {_MAX_CLUSTER_CHARS} characters"
-    if args.node is not None and not 0 <= args.node <= _MAX_NODE_ID:
-        return f"--node must be a node id between 0 and {_MAX_NODE_ID}, got {args.node}"
+    node = getattr(args, "node", None)  # remote-log-metadata has none: each record names its broker
+    if node is not None and not 0 <= node <= _MAX_NODE_ID:
+        return f"--node must be a node id between 0 and {_MAX_NODE_ID}, got {node}"
     if args.flush_timeout <= 0 or args.status_interval < 0:
         return "--flush-timeout must be positive and --status-interval non-negative"
+    if args.format in (REQUEST_LOG, QUORUM_STATE) and args.poll_interval <= 0:
+        return "--poll-interval must be positive"
     if args.format == REQUEST_LOG:
-        if args.poll_interval <= 0:
-            return "--poll-interval must be positive"
         try:
             ZoneInfo(args.tz)
         except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -271,7 +324,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.format == REQUEST_LOG:
         return _run_request_log(args, publisher, prog)
-    return _run_metadata_dump(args, publisher, prog)
+    if args.format == QUORUM_STATE:
+        return _run_quorum_state(args, publisher, prog)
+    return _run_stream(args, publisher, prog)
 
 
 # -- request-log -------------------------------------------------------------------
@@ -522,9 +577,15 @@ class RequestLogShipper:
 # -- metadata-dump -----------------------------------------------------------------
 
 
-def _run_metadata_dump(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
+def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
+    """Publish dump-like inputs (metadata-dump, remote-log-metadata) to their end.
+    A pipe is followed for as long as its writer runs, so
+    ``kafka-console-consumer.sh ... | fencewatch ship remote-log-metadata -``
+    ships the topic as it grows."""
     input_files(prog, args.files)
-    stats = MetadataDumpStats()
+    stats: MetadataDumpStats | RemoteLogMetadataStats = (
+        MetadataDumpStats() if args.format == METADATA_DUMP else RemoteLogMetadataStats()
+    )
     with ExitStack() as stack:
         try:
             inputs = [(name, _open_input(name, stack)) for name in args.files]
@@ -541,20 +602,25 @@ def _run_metadata_dump(args: argparse.Namespace, publisher: KafkaPublisher, prog
             try:
                 for name, stream in inputs:
                     source = "stdin" if name == "-" else name
-                    origin = {
-                        "format": METADATA_DUMP,
-                        "cluster": args.cluster,
-                        "node": args.node,
-                        "file": source,
-                    }
-                    items = iter_metadata_dump(
-                        stream,
-                        source=source,
-                        cluster=args.cluster,
-                        node=args.node,
-                        stats=stats,
-                        max_record_bytes=args.max_record_bytes,
-                    )
+                    origin = {"format": args.format, "cluster": args.cluster, "file": source}
+                    if isinstance(stats, MetadataDumpStats):
+                        origin["node"] = args.node
+                        items = iter_metadata_dump(
+                            stream,
+                            source=source,
+                            cluster=args.cluster,
+                            node=args.node,
+                            stats=stats,
+                            max_record_bytes=args.max_record_bytes,
+                        )
+                    else:
+                        items = iter_remote_log_metadata(
+                            stream,
+                            source=source,
+                            cluster=args.cluster,
+                            stats=stats,
+                            max_record_bytes=args.max_record_bytes,
+                        )
                     for item in items:
                         if stopped.is_set():
                             break
@@ -567,10 +633,14 @@ def _run_metadata_dump(args: argparse.Namespace, publisher: KafkaPublisher, prog
                 print(f"{prog}: {exc}", file=sys.stderr)
                 return 1
     s = publisher.stats
-    _say(
-        f"{METADATA_DUMP}: {len(inputs)} file(s), {stats.lines} lines: {s.envelopes} records "
-        f"shipped, {stats.dead_letters} dead letters ({s.delivered} delivered), "
+    skipped = (
         f"{stats.control_records} control records skipped"
+        if isinstance(stats, MetadataDumpStats)
+        else f"{stats.other_lines} other lines skipped"
+    )
+    _say(
+        f"{args.format}: {len(inputs)} file(s), {stats.lines} lines: {s.envelopes} records "
+        f"shipped, {stats.dead_letters} dead letters ({s.delivered} delivered), {skipped}"
         + ("; stopped early by a signal" if stopped.is_set() else "")
     )
     return 130 if stopped.is_set() else 0
@@ -580,3 +650,175 @@ def _open_input(name: str, stack: ExitStack) -> IO[bytes]:
     if name == "-":
         return sys.stdin.buffer
     return stack.enter_context(open(name, "rb"))
+
+
+# -- quorum-state --------------------------------------------------------------------
+
+
+def quorum_state_path(path: str) -> str:
+    """The file to watch: ``path``, or the quorum-state file in it if it is a directory."""
+    return os.path.join(path, QUORUM_STATE_FILE_NAME) if os.path.isdir(path) else path
+
+
+def _run_quorum_state(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
+    path = quorum_state_path(args.path)
+    if os.path.lexists(path):
+        input_file(prog, path)
+    elif args.once:
+        print(f"{prog}: cannot open {path}: no such file -- check the path", file=sys.stderr)
+        return 1
+    if not open_publisher(publisher, prog):
+        return 1
+    shipper = QuorumStateShipper(
+        publisher,
+        path,
+        cluster=args.cluster,
+        node=args.node,
+        poll_interval_seconds=args.poll_interval,
+        status_interval_seconds=args.status_interval,
+        flush_timeout_seconds=args.flush_timeout,
+        max_record_bytes=args.max_record_bytes,
+    )
+    with _stop_on_signals(shipper.stop):
+        try:
+            shipper.run(once=args.once)
+        except DeliveryError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            _say(shipper.summary())
+            return 1
+        except OSError as exc:
+            print(f"{prog}: cannot read {path}: {exc.strerror or exc} -- check the path", file=sys.stderr)
+            return 1
+    _say(shipper.summary())
+    return 0
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class QuorumStateShipper:
+    """Publishes each new content of one controller's quorum-state file once.
+
+    Kafka's FileQuorumStateStore writes ``quorum-state.tmp`` and renames it over
+    the file, so a read by path always sees one whole state, old or new. The
+    file is therefore opened afresh on every poll: that follows the rename
+    without tracking inodes, and a file that is missing (not yet created, or
+    removed) is waited for. A content equal to the last one seen is not
+    published again; a content that comes back after another is (it is a new
+    observation). Each envelope's ``ts_ms`` is when the change was seen
+    (``clock_ms``): the file has no time. States replaced within one poll
+    interval are never seen, so what they said cannot be judged.
+
+    Nothing is saved between runs: a restart publishes the current state again,
+    stamped anew. The detector recognises such a repeat by its node and content
+    (``detectors.engine.Detector._first_delivery``) and counts it as a
+    duplicate, so a restart adds no fact and raises no alert.
+    """
+
+    def __init__(
+        self,
+        publisher: KafkaPublisher,
+        path: str,
+        *,
+        cluster: str,
+        node: int,
+        poll_interval_seconds: float = 0.1,
+        status_interval_seconds: float = 30.0,
+        flush_timeout_seconds: float = 30.0,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] | None = None,
+        status: Callable[[str], None] = _say,
+    ) -> None:
+        self.publisher = publisher
+        self.path = path
+        self.cluster = cluster
+        self.node = node
+        self.poll_interval_seconds = poll_interval_seconds
+        self.status_interval_seconds = status_interval_seconds
+        self.flush_timeout_seconds = flush_timeout_seconds
+        self.max_record_bytes = max_record_bytes
+        self.stats = QuorumStateStats()
+        self._clock_ms = clock_ms
+        self._clock = clock
+        self._sleep = sleep or publisher.poll  # serve delivery reports while waiting
+        self._status = status
+        self._stopped = threading.Event()
+        self._last: bytes | None = None
+        self._missing = False
+        self._last_status = clock()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self, *, once: bool = False) -> None:
+        """Poll until stopped (or once); flush. Raises DeliveryError and OSError."""
+        try:
+            while True:
+                self.check()
+                if once or self._stopped.is_set():
+                    break
+                self._tick()
+                self._sleep(self.poll_interval_seconds)
+                if self._stopped.is_set():
+                    break
+        finally:
+            self.publisher.flush(self.flush_timeout_seconds)
+
+    def check(self) -> bool:
+        """Read the file once; publish its content if it changed. True if it did."""
+        data = self._read()
+        if data is None or data == self._last:
+            return False
+        self._last = data
+        item = parse_quorum_state(
+            data,
+            source=self.path,
+            cluster=self.cluster,
+            node=self.node,
+            ts_ms=self._clock_ms(),
+            stats=self.stats,
+            max_record_bytes=self.max_record_bytes,
+        )
+        if isinstance(item, Envelope):
+            self.publisher.publish(item)
+        else:
+            origin = {"format": QUORUM_STATE, "cluster": self.cluster, "node": self.node, "file": self.path}
+            self.publisher.dead_letter(item, origin, key=self.cluster)
+        return True
+
+    def _read(self) -> bytes | None:
+        """The file's bytes (at most one over the limit), or None while it is missing."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(self.max_record_bytes + 1)
+        except FileNotFoundError:
+            if not self._missing:
+                self._missing = True
+                if self._last is None:
+                    self._status(f"waiting for {self.path}: it does not exist yet")
+                else:
+                    self._status(f"{self.path} was removed; waiting for it to come back")
+            return None
+        if self._missing:
+            self._missing = False
+            self._status(f"{self.path} appeared")
+        return data
+
+    def _tick(self) -> None:
+        now = self._clock()
+        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
+            self._last_status = now
+            self._status(self.summary())
+        if self.publisher.stats.failed:
+            self.stop()  # the exit flush reports the failures
+
+    def summary(self) -> str:
+        s = self.publisher.stats
+        return (
+            f"{QUORUM_STATE}: {self.stats.files} new state(s) seen: {s.envelopes} shipped, "
+            f"{s.dead_letters} dead letters ({s.delivered} delivered, {s.in_flight} in flight, "
+            f"{s.failed} failed)"
+        )

@@ -6,6 +6,10 @@ With ``--bootstrap-servers`` and ``--topic`` the events go to the topic instead
 of a file, keyed by cluster (so they keep their order in one partition), paced
 to ``--rate`` events per second of wall-clock time (token bucket; 0: as fast as
 possible). The ground truth is written to ``--truth`` either way.
+
+``--native-forms`` sends quorum states and remote log metadata through Kafka's
+own forms and fencewatch's parsers (producers.native_forms); ``--native-dir``
+also keeps those forms as files.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from fencewatch.options import env_default, output_file
+from fencewatch.options import env_default, output_dir, output_file
 from fencewatch.ship import add_kafka_options, open_publisher, publisher_from_args
 from producers.kafka_publisher import DeliveryError, TokenBucket
 from producers.simulator import SimConfig, Simulator
@@ -80,6 +84,20 @@ def add_parser(sub: Any) -> None:
         default=defaults.events_per_second,
         help="simulated traffic rate (event time, not wall time)",
     )
+    p.add_argument(
+        "--native-forms",
+        action="store_true",
+        help="render quorum states as quorum-state files and remote log metadata as "
+        "kafka-console-consumer.sh formatter lines, and read them back with fencewatch's parsers, "
+        "as `fencewatch ship` does (REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is then not injected: "
+        "Kafka's forms carry no cleaner offsets)",
+    )
+    p.add_argument(
+        "--native-dir",
+        metavar="DIR",
+        help="keep the native files in DIR: controller-<node>/quorum-state (and every state as "
+        "quorum-state.<n>) and remote-log-metadata.txt; implies --native-forms",
+    )
     add_kafka_options(p, from_env=False)
     kafka = p.add_argument_group("publishing to a topic (with --bootstrap-servers and --topic)")
     kafka.add_argument(
@@ -120,6 +138,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
             skew_ms=args.skew_ms,
             metadata_version=args.metadata_version,
             events_per_second=args.events_per_second,
+            native_forms=args.native_forms or args.native_dir is not None,
         )
     except ValueError as exc:
         raise SystemExit(f"fencewatch simulate: {exc}") from None
@@ -136,8 +155,9 @@ def run(args: argparse.Namespace) -> int:
     prog = "fencewatch simulate"
     output_file(prog, args.output, "--output")
     output_file(prog, truth_path(args), "--truth")
+    output_dir(prog, args.native_dir, "--native-dir")
     try:
-        sim = Simulator(config_from(args))
+        sim = Simulator(config_from(args), native_dir=args.native_dir)
     except ValueError as exc:
         print(f"fencewatch simulate: {exc}", file=sys.stderr)
         return 2
@@ -166,7 +186,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             out.flush()
     _write_truth(sim, truth_path(args))
-    print(f"simulated {written} events; {_injected(sim)}; truth: {truth_path(args)}", file=sys.stderr)
+    print(
+        f"simulated {written} events; {_injected(sim)}{_native(sim, args)}; truth: {truth_path(args)}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -179,6 +202,17 @@ def _write_truth(sim: Simulator, path: str) -> None:
 def _injected(sim: Simulator) -> str:
     counts = ", ".join(f"{k}={v}" for k, v in sorted(sim.injected.items())) or "none"
     return f"injected {len(sim.truth)} violations ({counts})"
+
+
+def _native(sim: Simulator, args: argparse.Namespace) -> str:
+    """What went through Kafka's native forms, if anything did."""
+    if sim.native is None:
+        return ""
+    kept = f" (kept in {args.native_dir})" if args.native_dir else ""
+    return (
+        f"; through native forms: {sim.native.quorum_stats.records} quorum-state files, "
+        f"{sim.native.remote_stats.records} remote-log-metadata lines{kept}"
+    )
 
 
 def _publish(args: argparse.Namespace, sim: Simulator) -> int:
@@ -224,7 +258,7 @@ def _publish(args: argparse.Namespace, sim: Simulator) -> int:
     elapsed = time.monotonic() - started
     print(
         f"{prog}: {_progress(publisher, published, elapsed)} to topic {args.topic}; "
-        f"{_injected(sim)}; truth: {truth_path(args)}",
+        f"{_injected(sim)}{_native(sim, args)}; truth: {truth_path(args)}",
         file=sys.stderr,
     )
     return code

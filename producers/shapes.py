@@ -562,6 +562,21 @@ def remote_segment(
     }
 
 
+def remote_partition_delete(topic_id: str, index: int, *, broker_id: int, state: int) -> dict[str, Any]:
+    """A RemotePartitionDeleteMetadataRecord; ``state``: 0 DELETE_PARTITION_MARKED,
+    1 _STARTED, 2 _FINISHED (RemotePartitionDeleteState)."""
+    return {
+        "type": "RemotePartitionDeleteMetadataRecord",
+        "version": 0,
+        "data": {
+            "topicIdPartition": {"name": "", "id": topic_id, "partition": index},
+            "brokerId": broker_id,
+            "eventTimestampMs": 0,
+            "remotePartitionDeleteState": state,
+        },
+    }
+
+
 def remote_update(
     topic_id: str, index: int, segment_id: str, *, broker_id: int, state: str
 ) -> dict[str, Any]:

@@ -1,6 +1,13 @@
 """``fencewatch simulate``: a deterministic (seeded) KRaft cluster that emits
 envelope events in Kafka's native shapes, injects faults at chosen rates, and
-writes the ground truth of what it injected."""
+writes the ground truth of what it injected.
+
+With ``native_forms`` its quorum states and remote log metadata take the path
+a real cluster's take: each is rendered as the quorum-state file or formatter
+line Kafka writes, and read back with fencewatch's parsers
+(producers.native_forms); the events are then what ``fencewatch ship``
+publishes. The native segment line has no cleaner offsets, so
+REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is not injected in that mode."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from producers import shapes
+from producers.native_forms import NATIVE_KINDS, NativeRoute
 from producers.sim_faults import Faults
 from producers.sim_model import ClusterModel
 from producers.sim_traffic import Traffic
@@ -57,6 +65,7 @@ class SimConfig:
     events_per_second: int = 2000  # simulated traffic rate
     start_ms: int = 1_763_720_000_000
     warmup_ms: int = 10_000  # no faults before the cluster has settled
+    native_forms: bool = False  # quorum and remote-segment events through Kafka's forms and the parsers
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -70,8 +79,15 @@ class SimConfig:
             raise ValueError("simulate at least 4 brokers (3 stay active while one is fenced)")
 
 
+# The rule whose evidence (KIP-1272 cleaner offsets) no native form carries.
+NOT_NATIVE = "REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED"
+
+
 class Simulator:
-    def __init__(self, config: SimConfig):
+    """``native_dir``: with ``config.native_forms``, also keep the native files
+    there (producers.native_forms.NativeRoute)."""
+
+    def __init__(self, config: SimConfig, native_dir: str | None = None):
         self.config = config
         self.rng = random.Random(config.seed)
         self.model = ClusterModel(
@@ -84,11 +100,21 @@ class Simulator:
             raise ValueError(
                 f"no fault injector for {sorted(unknown)}; known: {sorted(self.faults.injectors)}"
             )
-        self.enabled = sorted(config.faults or self.faults.injectors)
+        if config.native_forms and NOT_NATIVE in config.faults:
+            raise ValueError(
+                f"{NOT_NATIVE} cannot be injected in native forms: Kafka prints no cleaner offsets"
+            )
+        self.enabled = sorted(
+            config.faults
+            or (r for r in self.faults.injectors if not (config.native_forms and r == NOT_NATIVE))
+        )
         self.injected: dict[str, int] = {}
         self._actions = list(ACTION_WEIGHTS)
         self._weights = list(ACTION_WEIGHTS.values())
         self._remote_offset = 0
+        if native_dir is not None and not config.native_forms:
+            raise ValueError("native_dir keeps native files: it needs native_forms")
+        self.native = NativeRoute(config.cluster, native_dir) if config.native_forms else None
 
     @property
     def truth(self) -> list[dict[str, Any]]:
@@ -150,7 +176,11 @@ class Simulator:
     def _positioned(self, env: dict[str, Any]) -> dict[str, Any]:
         """Remote log metadata gets its offset in the ``__remote_log_metadata``
         topic, which records it in the order the brokers wrote it (true time),
-        whatever their clocks say; a shipper following that topic knows it."""
+        whatever their clocks say; a shipper following that topic knows it.
+        In native forms it is, like a quorum state, what the parser reads from
+        Kafka's form instead: no offset (the formatter's cannot be used)."""
+        if self.native is not None and env["kind"] in NATIVE_KINDS:
+            return self.native.envelope(env)
         if env["kind"] == "remote_log_metadata":
             env["offset"] = self._remote_offset
             self._remote_offset += 1

@@ -146,6 +146,7 @@ def _envelope_schema(buckets: int) -> StructType:
         data=_struct(
             partitionId=LongType(),  # metadata: PARTITION_RECORD, PARTITION_CHANGE_RECORD
             remoteLogSegmentId=_struct(topicIdPartition=_struct(partition=LongType())),  # tiered storage
+            topicIdPartition=_struct(partition=LongType()),  # tiered storage: a partition's deletion
         ),
         requestHeader=_struct(requestApiKey=LongType()),
         request=_struct(**request_fields),
@@ -181,13 +182,14 @@ def _metadata(body: Column, buckets: int) -> Column:
 
 
 def _remote(body: Column, buckets: int) -> Column:
-    partition = body["data"]["remoteLogSegmentId"]["topicIdPartition"]["partition"]
-    return _of(F.array(partition), buckets)
+    data = body["data"]
+    segment, deleted = data["remoteLogSegmentId"]["topicIdPartition"], data["topicIdPartition"]
+    return _of(F.array(segment["partition"], deleted["partition"]), buckets)
 
 
 def _request(body: Column, buckets: int) -> Column:
     api_key = body["requestHeader"]["requestApiKey"]
-    # StopReplica and LeaderAndIsr carry a controller epoch every bucket must know.
+    # StopReplica, LeaderAndIsr and UpdateMetadata carry a controller epoch every bucket must know.
     routed = F.when(api_key.isin(*FANNED_OUT_APIS), _everywhere(buckets))
     # Quorum traffic is about the metadata log, no data partition.
     routed = routed.when((api_key == FETCH) & _is_quorum_fetch(body["request"]), _nowhere())

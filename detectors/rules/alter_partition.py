@@ -10,7 +10,7 @@ from detectors.errors import KafkaError
 from detectors.requests import AlterPartition, AlterPartitionEntry, Header
 from detectors.rules.base import Rule, register
 from detectors.rules.isr import IsrIneligibleReplicaAdmitted
-from detectors.view import PartitionState
+from detectors.view import BrokerState, PartitionState
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
@@ -95,7 +95,6 @@ def judge(
 def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: AlterPartitionEntry) -> None:
     if entry.error is None:
         return
-    tp = f"{entry.topic or entry.topic_id}-{entry.partition}"
     wrong = None
     if header.api_version < 2 and entry.error in V2_ONLY_ERRORS:
         wrong = f"{KafkaError(entry.error).name} to AlterPartition v{header.api_version}"
@@ -113,7 +112,7 @@ def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: Alter
         cs.emit(
             AlterPartitionErrorVersionMismatch,
             env,
-            message=f"controller {env.node} answered {wrong} for {tp}",
+            message=f"controller {env.node} answered {wrong} for {cs.describe((key, entry.partition))}",
             node=env.node,
             identity=(header.request_ref, env.ts_ms),
             partition_key=(key, entry.partition),
@@ -130,9 +129,9 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
     assert history is not None
     # The controller is the authority: no grace, the state it replaced or held then.
     before = _state_replaced(cs, key, env.ts_ms, entry.result_partition_epoch) or history.at(env.ts_ms)
-    if before is None:
-        return
-    if entry.leader_epoch < before.leader_epoch or entry.partition_epoch < before.partition_epoch:
+    if before is not None and (
+        entry.leader_epoch < before.leader_epoch or entry.partition_epoch < before.partition_epoch
+    ):
         cs.emit(
             AlterPartitionStaleEpochAccepted,
             env,
@@ -144,22 +143,51 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
             evidence=[before.source],
             partition_key=key,
         )
+    _judge_isr_members(cs, env, entry, key, tp)
+
+
+def _judge_isr_members(
+    cs: ClusterState, env: Envelope, entry: AlterPartitionEntry, key: tuple[str, int], tp: str
+) -> None:
+    """KIP-841 / KIP-903 as Kafka's controller enforces them
+    (ReplicationControlManager.validateAlterPartitionData, via
+    ineligibleReplicasForIsr): it rejects the request if ANY member of the
+    proposed ISR, kept or added, is unregistered, in controlled shutdown, fenced,
+    or named in ``newIsrWithEpochs`` with a broker epoch (not -1) other than its
+    registered one. Registrations change between the controller's check and the
+    completion line, and clocks differ: a member counts as ineligible only if it
+    was so at every moment of the grace window."""
     grace = cs.config.grace_ms
-    for replica, epoch in entry.isr_epochs.items():
-        if replica in before.isr or epoch == -1:
+    for replica in entry.new_isr:
+        epoch = entry.isr_epochs.get(replica, -1)
+        states = cs.view.broker_window(replica, env.ts_ms - grace, env.ts_ms + grace)
+        if not states:
+            cs.unverified("ISR member never registered in the view")
             continue
-        registered = cs.view.broker_window(replica, env.ts_ms - grace, env.ts_ms + grace)
-        if registered and all(s.epoch != epoch for s in registered):
-            cs.emit(
-                IsrIneligibleReplicaAdmitted,
-                env,
-                message=f"replica {replica} with stale broker epoch {epoch} (registered: "
-                f"{registered[-1].epoch}) was added to the ISR of {tp}",
-                node=replica,
-                identity=(entry.result_partition_epoch,),
-                evidence=[registered[-1].source],
-                partition_key=key,
-            )
+        reasons = [_ineligibility(s, epoch) for s in states]
+        if not all(reasons):
+            continue
+        # The identity and node of isr.judge_change: when the controller's change
+        # record for this answer adds the replica, both name one violation, one alert.
+        cs.emit(
+            IsrIneligibleReplicaAdmitted,
+            env,
+            message=f"controller {env.node} accepted an AlterPartition for {tp} although its new ISR "
+            f"holds replica {replica} ({reasons[-1]})",
+            node=replica,
+            identity=(entry.result_partition_epoch,),
+            evidence=[states[-1].source],
+            partition_key=key,
+        )
+
+
+def _ineligibility(broker: BrokerState, epoch: int) -> str | None:
+    """Why the controller must refuse ``broker`` in a proposed ISR that names it
+    at broker ``epoch`` (-1: none named), or None."""
+    why = broker.ineligibility()
+    if why is None and epoch != -1 and broker.epoch != epoch:
+        why = f"stale broker epoch {epoch}, registered {broker.epoch}"
+    return why
 
 
 def _state_replaced(

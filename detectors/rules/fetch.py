@@ -52,7 +52,7 @@ def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[Partit
                 FetchStaleEpochServed,
                 env,
                 message=f"broker {env.node} served {API_NAMES[header.api_key]} on "
-                f"{outcome.topic or key[0]}-{outcome.partition} for stale currentLeaderEpoch "
+                f"{cs.describe(key)} for stale currentLeaderEpoch "
                 f"{outcome.epoch} (leader epoch {oldest})",
                 node=env.node,
                 identity=(header.request_ref, env.ts_ms),

@@ -14,16 +14,20 @@ if TYPE_CHECKING:
 
 @register
 class IsrIneligibleReplicaAdmitted(Rule):
-    """KIP-841, KIP-903. An ISR change (a PARTITION_CHANGE_RECORD, a new
-    partition's PARTITION_RECORD, or an AlterPartition answered NONE) adds a
-    replica that is fenced, in controlled shutdown, unregistered, or — from
-    ``newIsrWithEpochs`` — whose broker epoch is not its registered one. Such a
+    """KIP-841, KIP-903. A PARTITION_CHANGE_RECORD, or a new partition's
+    PARTITION_RECORD, adds to the ISR a replica that is fenced, in controlled
+    shutdown or unregistered; or the controller answers NONE to an AlterPartition
+    whose proposed ISR holds such a replica, or one named in ``newIsrWithEpochs``
+    at a broker epoch other than its registered one — any member, kept or added,
+    as the controller checks every member (rules.alter_partition). Such a
     replica may lack acknowledged data and later be elected. ``node`` is the
     admitted replica (the metadata log does not name its writer). Not a
     violation: a fenced broker that merely stays as the last ISR member (the
-    controller keeps it so the partition can recover); re-adding a broker after
-    it was unfenced; snapshot PARTITION_RECORDs that re-state existing
-    partitions (partitionEpoch > 0)."""
+    controller's own change record keeps it so the partition can recover);
+    re-adding a broker after it was unfenced; a member that was eligible at some
+    moment of the AlterPartition's grace window; INELIGIBLE_REPLICA /
+    OPERATION_NOT_ATTEMPTED answers; snapshot PARTITION_RECORDs that re-state
+    existing partitions (partitionEpoch > 0)."""
 
     id = "ISR_INELIGIBLE_REPLICA_ADMITTED"
     severity = "critical"

@@ -73,7 +73,7 @@ def judge(
         oldest = min(s.leader_epoch for s in states)
         newest = max(s.leader_epoch for s in states)
         evidence = [states[0].source] if len(states) == 1 else [states[0].source, states[-1].source]
-        tp = f"{outcome.topic or key[0]}-{outcome.partition}"
+        tp = cs.describe(key)
         if outcome.error == KafkaError.NONE:
             leaders = {s.leader for s in states}
             if node not in leaders:

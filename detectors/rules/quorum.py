@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from detectors.alerts import Evidence
 from detectors.envelope import Envelope
 from detectors.errors import KafkaError
-from detectors.fields import get_bool, get_int, get_list, get_obj, objects
+from detectors.fields import INT32, get_bool, get_int, get_list, get_obj, objects
 from detectors.requests import (
     BEGIN_QUORUM_EPOCH,
     END_QUORUM_EPOCH,
@@ -24,14 +24,20 @@ from detectors.rules.base import Deferred, Rule, register
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
 
+# A LeaderChange's leader id and epoch are never negative: the leader writes it
+# about itself, in the epoch it won.
+_NON_NEGATIVE = (0, INT32[1])
+
 
 @register
 class QuorumTwoLeadersInEpoch(Rule):
     """KIP-595. Two different nodes acted as leader of the same epoch (persisted
-    ``leaderId`` = itself, sent BeginQuorumEpoch, or served metadata fetches as
-    leader). Raft allows at most one leader per epoch. ``node`` is the later
-    claimant. Not a violation: followers naming the leader; a new leader in a
-    newer epoch."""
+    ``leaderId`` = itself, sent BeginQuorumEpoch, served metadata fetches as
+    leader, or is the ``leaderId`` of a LeaderChange control record in the
+    metadata log). Raft allows at most one leader per epoch. ``node`` is the
+    later claimant. Not a violation: followers naming the leader; the same
+    leader announced again for its epoch (its LeaderChange and its quorum
+    state agreeing); a new leader in a newer epoch."""
 
     id = "QUORUM_TWO_LEADERS_IN_EPOCH"
     severity = "critical"
@@ -41,8 +47,12 @@ class QuorumTwoLeadersInEpoch(Rule):
 @register
 class QuorumEpochRegression(Rule):
     """KIP-595. A node persisted a quorum state whose ``leaderEpoch`` is lower
-    than one it persisted before. Epochs only grow. Not a violation: the same
-    epoch persisted again (a vote, then the leader learned)."""
+    than one it persisted before, or a LeaderChange control record of the
+    metadata log has a lower epoch than one at a lower offset (a Raft log's
+    epochs never decrease along its offsets; ``node`` is the LeaderChange's
+    leader, None when the dump does not name it). Epochs only grow. Not a
+    violation: the same epoch persisted again (a vote, then the leader
+    learned); epochs rising from one LeaderChange to the next."""
 
     id = "QUORUM_EPOCH_REGRESSION"
     severity = "critical"
@@ -88,6 +98,11 @@ def ingest_state(cs: ClusterState, env: Envelope) -> list[Deferred]:
     voters = get_list(body, "currentVoters", "body", default=None)
     if voters is not None:
         cs.quorum.voters = tuple(get_int(v, "voterId", p) for p, v in objects(voters, "body.currentVoters"))
+    elif get_int(body, "data_version", "body", default=0) >= 1:
+        # kraft.version 1 (KIP-853): the voter set lives in the metadata log and may change;
+        # the file names none, so voters learned from older files may be stale. Forget them:
+        # the fetch-timeout check then waits for a voter set rather than judge by an old one.
+        cs.quorum.voters = ()
     q = cs.quorum
     previous = q.persisted_epochs.get(node)
     evidence = Evidence.of("view", env, f"node {node} persisted leader {leader} epoch {epoch}")
@@ -111,6 +126,43 @@ def ingest_state(cs: ClusterState, env: Envelope) -> list[Deferred]:
     else:
         judgments.append((_judge_step_down, (node, epoch)))
     return judgments
+
+
+def ingest_leader_change(cs: ClusterState, env: Envelope) -> list[Deferred]:
+    """A LeaderChange control record of the metadata log (``kind: metadata``,
+    ``type: LEADER_CHANGE``; see detectors.parse_metadata_dump), applied in offset
+    order. ``partitionLeaderEpoch`` is the epoch of the batch holding it: the
+    epoch whose start the leader recorded. ``data`` is the LeaderChangeMessage
+    as printed (``leaderId``, ``voters``, ``grantingVoters``) by tools from
+    Kafka 4.1 on; older tools print only the control type, so ``data`` is empty
+    and only the epoch's order in the log can be judged, not who led it."""
+    body = env.body
+    epoch = get_int(body, "partitionLeaderEpoch", "body", bounds=_NON_NEGATIVE)
+    data = get_obj(body, "data", "body")
+    # -1: not printed (a tool before Kafka 4.1), so the leader is unknown.
+    leader = get_int(data, "leaderId", "body.data", bounds=_NON_NEGATIVE, default=-1)
+    q = cs.quorum
+    named = f"node {leader}" if leader >= 0 else "a leader the dump does not name"
+    evidence = Evidence.of(
+        "view", env, f"LeaderChange at metadata offset {env.offset}: {named} leads epoch {epoch}"
+    )
+    highest = q.log_epoch
+    if highest is not None and epoch < highest[0]:
+        cs.emit(
+            QuorumEpochRegression,
+            env,
+            message=f"the metadata log's LeaderChange at offset {env.offset} has epoch {epoch}, "
+            f"after epoch {highest[0]} at a lower offset",
+            node=leader if leader >= 0 else None,
+            identity=(epoch, highest[0], env.offset),
+            evidence=[highest[1]],
+        )
+    else:
+        q.log_epoch = (epoch, evidence)
+    if leader < 0:
+        return []
+    q.add_claim(leader, epoch, env.ts_ms, evidence)
+    return [(_judge_claim, (leader, epoch))]
 
 
 def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Deferred]:

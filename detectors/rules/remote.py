@@ -12,6 +12,7 @@ from detectors.remote import (
     DELETE_FINISHED,
     DELETE_STARTED,
     STATE_NAMES,
+    PartitionDeleteEvent,
     PartitionSegments,
     Segment,
     parse_event,
@@ -75,6 +76,12 @@ class RemoteSegmentInvalidTransition(Rule):
 
 def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
     event = parse_event(env.body)
+    if isinstance(event, PartitionDeleteEvent):
+        # Kafka's RemoteLogMetadataManager.putRemotePartitionDeleteMetadata: once the controller
+        # marks a partition deleted, all its remote segments are eligible for deletion, by
+        # whichever remote partition remover acts on the mark (not the leader: there is none).
+        cs.remote.mark_deleting(event, env.ts_ms)
+        return []
     segment = cs.remote.segments.get(event.segment_id)
     if segment is None:
         if event.cleaner is None:
@@ -175,6 +182,9 @@ def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:
     broker, request = segment.delete_request
     if segment.zombie or segment.finished is None:
         return  # removing a rejected or invalid upload is cleanup, whoever does it
+    marked_ms = cs.remote.deleted_since(segment.key)
+    if marked_ms is not None and marked_ms <= request.ts_ms:
+        return  # the partition was deleted: its segments are cleaned up, whoever does it
     found = cs.partition_window(None, segment.key[0], segment.key[1], request.ts_ms)
     if found is None:
         return

@@ -56,9 +56,11 @@ class StopReplicaCurrentEpochRejected(Rule):
 class StopReplicaStaleControllerAccepted(Rule):
     """KIP-570 (controller fencing). A broker answered NONE to a StopReplica whose
     ``controllerEpoch`` is older than one the same broker had already accepted
-    (from a StopReplica or LeaderAndIsr): it should have answered
-    STALE_CONTROLLER_EPOCH. Not a violation: an old controller epoch at a broker
-    that has not yet heard from the new controller."""
+    (from a StopReplica, LeaderAndIsr or UpdateMetadata answered NONE: Kafka's
+    ReplicaManager keeps one controller epoch that all three raise and check):
+    it should have answered STALE_CONTROLLER_EPOCH. Not a violation: an old
+    controller epoch at a broker that has not yet heard from the new controller;
+    the epoch of a rejected UpdateMetadata; the same epoch again."""
 
     id = "STOP_REPLICA_STALE_CONTROLLER_ACCEPTED"
     severity = "critical"

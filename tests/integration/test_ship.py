@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from detectors.envelope import dumps, parse_envelope
 from detectors.parse_metadata_dump import iter_metadata_dump
+from detectors.parse_remote_log_metadata import iter_remote_log_metadata
 from detectors.parse_request_log import iter_request_log
 from fencewatch.cli import build_parser, main
 from fencewatch.simulate import config_from
@@ -292,7 +293,7 @@ def test_dead_letters_without_a_topic_go_to_stderr(
 
 
 class Shipper:
-    """``fencewatch ship request-log`` in a child process (so it can be signalled)."""
+    """``fencewatch ship ...`` in a child process (so it can be signalled)."""
 
     def __init__(self, argv: list[str], log_dir: Path) -> None:
         self.argv, self.log_dir, self.runs = argv, log_dir, 0
@@ -314,6 +315,12 @@ class Shipper:
 
     def stderr(self) -> str:
         return "".join((self.log_dir / f"shipper-{n}.stderr").read_text() for n in range(1, self.runs + 1))
+
+    def wait_for_stderr(self, text: str) -> None:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while text not in self.stderr():
+            assert time.monotonic() < deadline, f"{text!r} not on stderr:\n{self.stderr()}"
+            time.sleep(0.05)
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.proc is not None
@@ -475,10 +482,51 @@ def test_ship_metadata_dump(
             for item in iter_metadata_dump(f, source="x", cluster="c-meta", node=3000)
             if not hasattr(item, "reason")
         ]
-    assert values == expected and len(values) == 12
+    assert values == expected and len(values) == 13  # 12 metadata records and one LeaderChange
     offsets = [orjson.loads(v)["offset"] for v in values]
     assert offsets == sorted(offsets)
-    assert "12 records shipped, 0 dead letters (12 delivered)" in capsys.readouterr().err
+    assert "13 records shipped, 0 dead letters (13 delivered)" in capsys.readouterr().err
+
+
+# -- ship remote-log-metadata ----------------------------------------------------------------
+
+
+def test_ship_remote_log_metadata_follows_a_pipe(
+    broker: EmbeddedBroker,
+    make_topic: Callable[..., str],
+    reader: Callable[[str, int], TopicReader],
+) -> None:
+    """``kafka-console-consumer.sh ... | fencewatch ship remote-log-metadata -``: records are
+    published while the consumer still runs, and the run ends cleanly when it does."""
+    topic = make_topic(3)
+    lines = (DATA / "native" / "remote-log-metadata.txt").read_bytes().splitlines(keepends=True)
+    expected = [
+        dumps(item.to_dict()).encode()
+        for item in iter_remote_log_metadata(lines, source="x", cluster="c-rlmm")
+        if not hasattr(item, "reason")
+    ]
+    first = [line for line in lines[:4] if line.strip()]
+    argv = ["ship", "remote-log-metadata", *ship_args(broker, topic, "c-rlmm"), "-"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fencewatch", *argv],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO_ROOT,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b"".join(lines[:4]))
+    proc.stdin.flush()
+    topic_reader = reader(topic, 3)
+    got: list[Any] = []  # drain() answers everything read from the topic so far
+    deadline = time.monotonic() + 60
+    while len(got) < len(first) and time.monotonic() < deadline:
+        got = topic_reader.drain()
+    assert len(got) == len(first), "the lines written so far were not shipped while the pipe stayed open"
+    assert proc.poll() is None
+    _, err = proc.communicate(b"".join(lines[4:]), timeout=60)  # the rest, then end of input
+    assert proc.returncode == 0, err.decode()
+    assert assert_one_ordered_partition(topic_reader.drain(), b"c-rlmm") == expected
+    assert f"{len(expected)} records shipped" in err.decode()
 
 
 # -- simulate --bootstrap-servers -------------------------------------------------------------

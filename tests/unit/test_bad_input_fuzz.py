@@ -237,10 +237,13 @@ def _batches(draw) -> tuple[list[Entry], dict[str, int]]:
             name = draw(st.sampled_from(sorted(_CONTROL)))
             tail = _CONTROL[name]
             kind = name.removesuffix("_OLD")
-            controls[kind] = controls.get(kind, 0) + 1
             line = (
                 f"| offset: {offset} CreateTime: 1 keySize: 4 valueSize: 9 sequence: -1 headerKeys: []{tail}"
             )
+            if kind == "LEADER_CHANGE":  # a quorum fact, with its batch's epoch: an envelope
+                entries.append(Entry([line.encode()], "envelope"))
+                continue
+            controls[kind] = controls.get(kind, 0) + 1
             entries.append(Entry([line.encode()], "skip"))
             continue
         ts = draw(st.integers(-1, 2**64))

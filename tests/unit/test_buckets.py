@@ -153,3 +153,45 @@ def test_bad_records_are_dead_lettered_once_whatever_their_buckets():
         _, split = split_run(history, count)
         assert split.dead_letters == whole.dead_letters
         same_counts(whole.counters, split.snapshot("c1"))
+
+
+def test_controller_epochs_fence_stop_replica_alike_in_every_split():
+    """UpdateMetadata, like StopReplica and LeaderAndIsr, reaches every bucket:
+    the controller epoch broker 3 accepted from it fences a later StopReplica
+    from an older controller, judged once in the StopReplica's home, while
+    each bucket judges the leader epochs of its own partitions."""
+    topic_id = "qG8hUlWTTJ2eRb_bFvWRXg"
+    indexes = range(9)
+    raws = [s.envelope("c1", "metadata", 1000, s.topic("orders", topic_id), offset=1)]
+    for broker, epoch in {1: 10, 2: 11, 3: 12}.items():
+        raws.append(s.envelope("c1", "metadata", 1000, s.register_broker(broker, epoch, fenced=False)))
+    for i in indexes:
+        raws.append(s.envelope("c1", "metadata", 1000, s.partition(topic_id, i, [1, 2, 3], [1, 2, 3], 1)))
+        raws.append(s.envelope("c1", "metadata", 3000, s.partition_change(topic_id, i, leader=2)))
+    update_metadata = {
+        "requestHeader": {"requestApiKey": 6, "requestApiVersion": 7, "correlationId": 1, "clientId": "c"},
+        "request": {"controllerId": 3000, "controllerEpoch": 5, "brokerEpoch": 12, "topicStates": []},
+        "response": {"errorCode": 0},
+    }
+    raws.append(s.envelope("c1", "request", 5000, update_metadata, node=3))
+    stop = s.stop_replica("orders", 0, 0, 0, controller_epoch=4)
+    stop["request"]["topicStates"][0]["partitionStates"] = [
+        {"partitionIndex": i, "leaderEpoch": 0, "deletePartition": False} for i in indexes
+    ]
+    stop["response"]["partitionErrors"] = [
+        {"topicName": "orders", "partitionIndex": i, "errorCode": 0} for i in indexes
+    ]
+    raws.append(s.envelope("c1", "request", 6000, stop, node=3))
+    for offset, raw in enumerate(raws, start=1):
+        if raw["kind"] == "metadata":
+            raw["offset"] = offset
+    history = [envelope_from_obj(raw, f"t:{i}", i) for i, raw in enumerate(raws)]
+    whole = detect(history)
+    assert sorted(a.rule for a in whole.alerts) == [
+        "STOP_REPLICA_STALE_CONTROLLER_ACCEPTED",
+        *["STOP_REPLICA_STALE_EPOCH_APPLIED"] * len(indexes),
+    ]
+    for count in COUNTS:
+        alerts, split = split_run(history, count)
+        assert comparable(alerts) == comparable(whole.alerts)
+        same_counts(whole.counters, split.snapshot("c1"))

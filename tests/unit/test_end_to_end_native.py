@@ -122,14 +122,14 @@ def test_convert_metadata_dump(converted):
     run = converted.metadata
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == (
-        "fencewatch convert metadata-dump: 1 file(s), 39 lines: 19 records, 0 dead letters, "
-        "2 control records skipped (LEADER_CHANGE=2), 18 other lines skipped"
+        "fencewatch convert metadata-dump: 1 file(s), 39 lines: 21 records, 0 dead letters, "
+        "0 control records skipped, 18 other lines skipped"
     )
     envelopes = jsonl(run.stdout)
     assert {(e["cluster"], e["kind"], e["node"]) for e in envelopes} == {(CLUSTER, "metadata", None)}
-    # Offsets are the log's own; the two LeaderChange control records (0 and 17) are skipped.
-    assert [e["offset"] for e in envelopes] == [n for n in range(21) if n not in (0, 17)]
-    assert [e["body"]["type"] for e in envelopes] == [
+    # Offsets are the log's own; the two LeaderChange control records (0 and 17) are quorum facts.
+    assert [e["offset"] for e in envelopes] == list(range(21))
+    assert [e["body"]["type"] for e in envelopes if e["offset"] not in (0, 17)] == [
         "FEATURE_LEVEL_RECORD",
         "FEATURE_LEVEL_RECORD",
         *["REGISTER_BROKER_RECORD"] * 3,
@@ -203,7 +203,7 @@ def test_replay_raises_exactly_the_two_violations(converted, order):
         ("violation", "metadata", 18),
     ]
     assert summary_tables(run.stderr) == {
-        "events": {"metadata": ["19"], "request:FETCH": ["2"], "request:PRODUCE": ["3"]},
+        "events": {"metadata": ["21"], "request:FETCH": ["2"], "request:PRODUCE": ["3"]},
         "not judged": {"dead letters": ["0"], "duplicates": ["0"], "late (beyond lateness)": ["0"]},
         "alerts": {
             "rule": ["count"],

@@ -63,6 +63,10 @@ CASES = [
         ["simulate", "--events", "10", "-o", "OUT", "--truth", "DIR"],
         "fencewatch simulate: cannot write --truth DIR: it is a directory",
     ),
+    (
+        ["simulate", "--events", "10", "-o", "OUT", "--native-dir", "FILE"],
+        "fencewatch simulate: cannot use --native-dir FILE: it is a file",
+    ),
     ([*RUN, "--checkpoint", "FILE"], "fencewatch run: cannot use --checkpoint FILE: it is a file"),
     ([*RUN, "--checkpoint", "THROUGH_FILE"], "fencewatch run: cannot use --checkpoint THROUGH_FILE"),
     (

@@ -10,6 +10,7 @@ import pickle
 from detectors import alerts, envelope, quorum, remote, requests, view
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
+from detectors.pickling import fast_pickle
 from producers.simulator import SimConfig, Simulator
 
 
@@ -60,3 +61,25 @@ def test_no_state_object_restores_through_the_generic_dataclass_path(monkeypatch
         monkeypatch.setattr(cls, "__setstate__", refuse, raising=False)
     restored = pickle.loads(blob)
     assert restored.pending_count() == detector.pending_count()
+
+
+@fast_pickle
+@dataclasses.dataclass(frozen=True, slots=True)
+class Later:
+    first: int
+    added: tuple[int, ...] = ()
+
+
+def test_state_pickled_before_a_field_was_added_restores_with_its_default():
+    """Both forms older releases wrote: a frozen dataclass's field list
+    (dataclasses' ``__getstate__``) and a plain slots class's ``(None, slots)``."""
+    key = ("t", 0)
+    old_view = remote.RemoteView.__new__(remote.RemoteView)
+    old_view.__setstate__((None, {"segments": {}, "partitions": {key: remote.PartitionSegments()}}))
+    assert old_view.partitions == {key: remote.PartitionSegments()} and old_view.deleting == {}
+    later = Later.__new__(Later)
+    later.__setstate__([7])  # written when ``Later`` had only its first field
+    assert (later.first, later.added) == (7, ())
+    claim = quorum.QuorumView.__new__(quorum.QuorumView)
+    claim.__setstate__((None, {}))
+    assert claim.log_epoch is None and claim.voters == ()

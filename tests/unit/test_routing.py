@@ -132,7 +132,7 @@ def request(api_key: Any, request: Any) -> dict[str, Any]:
 
 def hand_made() -> list[bytes]:
     """Shapes the simulator does not write: requests naming many partitions,
-    every partition-scoped API, LeaderAndIsr, both quorum fetch forms."""
+    every partition-scoped API, LeaderAndIsr, UpdateMetadata, both quorum fetch forms."""
     fetch = request(
         1,
         {
@@ -150,6 +150,7 @@ def hand_made() -> list[bytes]:
     ]
     for_leader_epoch = request(23, {"topics": [{"topic": "a", "partitions": [{"partition": 12}]}]})
     leader_and_isr = request(4, {"controllerEpoch": 1, "topicStates": []})
+    update_metadata = request(6, {"controllerEpoch": 1, "topicStates": [], "liveBrokers": []})
     quorum_by_name = request(1, {"topics": [{"topic": METADATA_TOPIC, "partitions": [{"partition": 5}]}]})
     quorum_by_id = s.quorum_fetch(1, 5, 2)
     two_topics_one_is_log = request(
@@ -161,7 +162,16 @@ def hand_made() -> list[bytes]:
             ]
         },
     )
-    bodies = [fetch, produce, *by_index, for_leader_epoch, leader_and_isr, quorum_by_name, quorum_by_id]
+    bodies = [
+        fetch,
+        produce,
+        *by_index,
+        for_leader_epoch,
+        leader_and_isr,
+        update_metadata,
+        quorum_by_name,
+        quorum_by_id,
+    ]
     return [envelope(body) for body in [*bodies, two_topics_one_is_log]]
 
 
@@ -211,7 +221,7 @@ INDEXES = (*INTEGERS, "3", 3.0, 3.5, 2**70, True, False, None)
 # non-object (a known difference, below).
 ODD: tuple[Any, ...] = ("x", 5, 2.5, True, None, [], {}, [None])
 # Fetch the most: its quorum form is the subtlest.
-API_KEYS = (0, 1, 1, 1, 1, 2, 4, 5, 23, 56, 3, 52, 200, 2**40, -1, "1", "5", None)
+API_KEYS = (0, 1, 1, 1, 1, 2, 4, 5, 6, 23, 56, 3, 52, 200, 2**40, -1, "1", "5", "6", None)
 
 
 def generated(rng: random.Random) -> bytes:
@@ -254,7 +264,10 @@ def generated(rng: random.Random) -> bytes:
     elif kind == "remote_log_metadata":
         tip = maybe({"id": "t"}, "partition", some(*INDEXES)) if rng.random() < 0.8 else some(*ODD)
         segment = {"topicIdPartition": tip} if rng.random() < 0.9 else some(*ODD)
-        maybe(body, "data", {"remoteLogSegmentId": segment} if rng.random() < 0.9 else some(*ODD))
+        data: dict[str, Any] = {}
+        maybe(data, "remoteLogSegmentId", segment)  # a segment's record
+        maybe(data, "topicIdPartition", some(tip, *ODD))  # a partition's deletion
+        maybe(body, "data", data if rng.random() < 0.9 else some(*ODD))
     elif kind == "request":
         header = maybe({"requestApiVersion": 1}, "requestApiKey", some(*API_KEYS))
         maybe(body, "requestHeader", header if rng.random() < 0.95 else some(*ODD))

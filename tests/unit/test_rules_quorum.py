@@ -220,6 +220,19 @@ def test_old_leader_acting_within_grace_after_the_election_is_not_a_zombie(quoru
     assert quorum.keys() == []
 
 
+def test_voters_of_a_version_0_file_are_not_used_once_files_name_none(quorum):
+    """After kraft.version 1 the quorum-state file (data_version 1) names no voters
+    and controllers may have been replaced: new voters 4 and 5 fetching from the
+    leader must not look like a leader without its majority of the old set."""
+    lead(quorum, 1000, 1, 5)
+    v1 = {"leaderId": 1, "leaderEpoch": 6, "votedId": 1, "votedDirectoryId": "A" * 22, "data_version": 1}
+    quorum.quorum_state(2000, 1, v1)
+    for ts_ms in range(2100, 9000, 1000):
+        serve_fetch(quorum, ts_ms, 1, 6, 4)
+        serve_fetch(quorum, ts_ms, 1, 6, 5)
+    assert quorum.keys() == []
+
+
 def test_leader_whose_followers_fetch_regularly_is_not_a_zombie(quorum):
     lead(quorum, 1000, 1, 5)
     for ts_ms in range(1100, 12_000, 1000):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from detectors.remote import PartitionDeleteEvent, RemoteView
 from producers import shapes as s
 
 ELECTION_MS = 10_000
@@ -159,6 +160,39 @@ def test_leader_deleting_segments_is_retention(cluster):
     update(cluster, 13_000, "seg-2", 2, DELETE_STARTED)  # the new leader deletes the old one's segment
     update(cluster, 13_100, "seg-2", 2, DELETE_FINISHED)
     assert cluster.keys() == []
+
+
+def test_any_broker_deleting_segments_of_a_deleted_partition_is_cleanup(cluster):
+    # RemoteLogMetadataManager.putRemotePartitionDeleteMetadata: once the controller marks the
+    # partition deleted, every remote segment of it is eligible for deletion.
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    cluster.remote(2900, s.remote_partition_delete(cluster.topic_id, 0, broker_id=3000, state=0))
+    update(cluster, 3000, "seg-1", 2, DELETE_STARTED)
+    update(cluster, 3100, "seg-1", 2, DELETE_FINISHED)
+    cluster.remote(3200, s.remote_partition_delete(cluster.topic_id, 0, broker_id=2, state=2))
+    outcome = cluster.run()
+    assert outcome.keys == [] and outcome.dead_letters == []
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_DELETE")
+def test_deletion_requested_before_the_partition_was_marked_deleted_is_still_judged(cluster):
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 3000, "seg-1", 2, DELETE_STARTED)
+    update(cluster, 3100, "seg-1", 2, DELETE_FINISHED)
+    cluster.remote(3200, s.remote_partition_delete(cluster.topic_id, 0, broker_id=3000, state=0))
+    assert cluster.keys() == [("REMOTE_SEGMENT_ZOMBIE_DELETE", 2, 3100, 0, "orders")]
+
+
+def test_a_finished_partition_deletion_is_forgotten_after_retention():
+    view = RemoteView()
+    view.mark_deleting(PartitionDeleteEvent(("t", 0), 3000, 0), 100)
+    view.mark_deleting(PartitionDeleteEvent(("t", 0), 2, 2), 500)
+    view.mark_deleting(PartitionDeleteEvent(("t", 1), 3000, 0), 200)
+    view.forget_deleted(400)
+    assert view.deleted_since(("t", 0)) == 100  # finished at 500: kept
+    view.forget_deleted(501)
+    assert view.deleted_since(("t", 0)) is None
+    assert view.deleted_since(("t", 1)) == 200  # never finished: kept
 
 
 def test_deposed_leader_deleting_within_grace_is_not_a_violation(cluster):
