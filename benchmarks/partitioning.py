@@ -98,7 +98,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "integration"))
 
 from spark_cluster import StandaloneCluster  # noqa: E402
-from streaming_throughput import Progress, batch_end, broker_comm, log, per_million, ts  # noqa: E402
+from streaming_throughput import (  # noqa: E402
+    Progress,
+    batch_end,
+    broker_comm,
+    log,
+    per_million,
+    process_table,
+    read_stat,
+    ts,
+)
 
 from detectors.envelope import envelope_from_obj  # noqa: E402
 
@@ -106,24 +115,6 @@ WORKERS = 2
 
 
 # ---- CPU of every process of this run, by role ----------------------------------------------------
-
-
-def process_table() -> tuple[dict[int, list[int]], dict[int, str]]:
-    """(children by parent pid, comm by pid) of every live process."""
-    children: dict[int, list[int]] = {}
-    comm: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-        comm[int(entry)] = stat[stat.index("(") + 1 : stat.rindex(")")]
-    return children, comm
 
 
 def process_roles(cluster: StandaloneCluster) -> list[tuple[int, str]]:
@@ -179,12 +170,9 @@ def cpu_by_role(cluster: StandaloneCluster) -> dict[str, float]:
     """CPU-seconds so far (user + system, with reaped children) by role."""
     ticks = dict.fromkeys(role_names(), 0)
     for pid, role in process_roles(cluster):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited meanwhile
-        ticks[role] = ticks.get(role, 0) + sum(int(t) for t in fields[11:15])
+        stat = read_stat(f"/proc/{pid}/stat")
+        if stat is not None:  # else exited meanwhile
+            ticks[role] = ticks.get(role, 0) + sum(int(t) for t in stat[1][11:15])
     return {role: t / os.sysconf("SC_CLK_TCK") for role, t in ticks.items()}
 
 

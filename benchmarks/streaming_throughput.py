@@ -106,22 +106,33 @@ def rss_mb(pid: int) -> float:
         return 0.0
 
 
-def descendants(root: int) -> list[tuple[int, str]]:
-    """(pid, comm) of every live descendant of ``root``."""
+def read_stat(path: str) -> tuple[str, list[str]] | None:
+    """(comm, the fields after it) of a /proc/.../stat file; None once the
+    process or thread has exited. ``fields[1]`` is the parent pid, ``fields[11:15]``
+    utime, stime, cutime and cstime in clock ticks."""
+    try:
+        with open(path) as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+
+
+def process_table() -> tuple[dict[int, list[int]], dict[int, str]]:
+    """(children by parent pid, comm by pid) of every live process."""
     children: dict[int, list[int]] = {}
     comm: dict[int, str] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-        comm[int(entry)] = name
+        stat = read_stat(f"/proc/{entry}/stat") if entry.isdigit() else None
+        if stat is not None:
+            children.setdefault(int(stat[1][1]), []).append(int(entry))
+            comm[int(entry)] = stat[0]
+    return children, comm
+
+
+def descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, comm) of every live descendant of ``root``."""
+    children, comm = process_table()
     out, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -168,12 +179,10 @@ def cpu_by_role() -> dict[str, float]:
     worker that exits between two readings keeps its share in its parent's."""
     cpu = dict.fromkeys(ROLES, 0)
     for pid, role in process_roles():
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
+        stat = read_stat(f"/proc/{pid}/stat")
+        if stat is None:
             continue  # exited meanwhile
-        cpu[role] += sum(int(ticks) for ticks in fields[11:15])  # utime, stime, cutime, cstime
+        cpu[role] += sum(int(ticks) for ticks in stat[1][11:15])  # utime, stime, cutime, cstime
         if role == "jvm":
             jit = jit_ticks(pid)
             cpu["jvm"] -= jit
@@ -187,13 +196,9 @@ def jit_ticks(pid: int) -> int:
     count as "jvm" then: the JIT share is a lower bound."""
     ticks = 0
     for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ():
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.index("(") + 1 : stat.rindex(")")] in JIT_THREADS:
-            ticks += sum(int(t) for t in stat.rsplit(")", 1)[1].split()[11:13])  # utime, stime
+        stat = read_stat(f"/proc/{pid}/task/{task}/stat")
+        if stat is not None and stat[0] in JIT_THREADS:
+            ticks += sum(int(t) for t in stat[1][11:13])  # utime, stime
     return ticks
 
 

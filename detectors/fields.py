@@ -6,11 +6,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from detectors.envelope import BadRecord, DeadLetterClass
 
 INT16 = (-(2**15), 2**15 - 1)
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """``text`` as a JSON object; raise :class:`BadRecord` naming ``what`` if it is not one."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise BadRecord(f"malformed {what} JSON: {exc}", DeadLetterClass.MALFORMED_JSON) from None
+    if not isinstance(value, dict):
+        raise BadRecord(
+            f"{what} must be a JSON object, got {type(value).__name__}", DeadLetterClass.WRONG_TYPE
+        )
+    return value
 
 
 def get_int(obj: dict[str, Any], key: str, path: str, *, bounds=INT32, default: Any = ...) -> int:

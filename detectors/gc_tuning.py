@@ -6,10 +6,10 @@ few per event. CPython's default young-generation threshold (700 container
 allocations) then starts a collection every few dozen events, and every tenth
 of those walks the middle generation again; none of them finds garbage,
 because reference counting already frees what the detector drops (it makes no
-reference cycles per event). Measured on 200k simulated events in one process
-(2026-11-25, docs/performance.md "Garbage collection"): 36-45 us per event with
-the defaults, 35 us with a young threshold of 10,000, 30-32 us with the
-collector off. The collector stays on: a detector replaced by a newer snapshot
+reference cycles per event). Measured on 200k simulated events in one process,
+three alternating rounds (docs/performance.md, "Garbage collection"): 34-41 us
+per event with the defaults, 31-32 us with a young threshold of 10,000, 29-31
+us with the collector off. The collector stays on: a detector replaced by a newer snapshot
 is a cycle (clusters and their pending judgments point at each other) that only
 the collector frees.
 """
@@ -34,7 +34,7 @@ def tune_for_detector() -> None:
 def collector_paused() -> Iterator[None]:
     """No collection inside the block: unpickling a detector creates its whole
     object graph at once, and the collections that triggers walk every object
-    made so far (a 2.3 MB snapshot loaded in 329 ms with them, 65 ms without)."""
+    made so far (a 2.3 MB snapshot: 466 ms median with them, 72 ms without)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -69,6 +69,7 @@ from typing import Any
 import orjson
 
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
+from detectors.fields import json_object
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, LongLine, bounded_lines, decode_line, within_limit
 from detectors.quorum import LEADER_CHANGE
 
@@ -356,16 +357,7 @@ def _leader_change(printed: str | None, batch: _Batch | None) -> dict[str, Any]:
             "LeaderChange without its batch header line (partitionLeaderEpoch): its epoch is unknown",
             DeadLetterClass.INVALID,
         )
-    data: Any = {}
-    if printed is not None:
-        try:
-            data = orjson.loads(printed)
-        except orjson.JSONDecodeError as exc:
-            raise BadRecord(f"malformed LeaderChange JSON: {exc}", DeadLetterClass.MALFORMED_JSON) from None
-        if not isinstance(data, dict):
-            raise BadRecord(
-                f"LeaderChange must be a JSON object, got {type(data).__name__}", DeadLetterClass.WRONG_TYPE
-            )
+    data = json_object(printed, "LeaderChange") if printed is not None else {}
     return {"type": LEADER_CHANGE, "partitionLeaderEpoch": batch.leader_epoch, "data": data}
 
 
@@ -376,14 +368,7 @@ def _payload(text: str) -> dict[str, Any]:
         raise BadRecord(
             f"kafka-dump-log.sh could not decode the record: {text.strip()}", DeadLetterClass.INVALID
         )
-    try:
-        body = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise BadRecord(f"malformed payload JSON: {exc}", DeadLetterClass.MALFORMED_JSON) from None
-    if not isinstance(body, dict):
-        raise BadRecord(
-            f"payload must be a JSON object, got {type(body).__name__}", DeadLetterClass.WRONG_TYPE
-        )
+    body = json_object(text, "payload")
     kind, version, data = body.get("type"), body.get("version"), body.get("data")
     if not isinstance(kind, str) or not kind:
         raise BadRecord(

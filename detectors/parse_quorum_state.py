@@ -33,17 +33,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-import orjson
-
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
-from detectors.lines import DEFAULT_MAX_RECORD_BYTES, EXCERPT_BYTES, too_large_reason
+from detectors.fields import INT16, INT32, INT64, get_list, get_str, json_object, objects
+from detectors.lines import DEFAULT_MAX_RECORD_BYTES, EXCERPT_BYTES, LongLine, decode_line
 
 FILE_NAME = "quorum-state"  # FileQuorumStateStore.DEFAULT_FILE_NAME
 DATA_VERSION = "data_version"
-_INT32_MAX = 2**31 - 1
-_INT64 = (-(2**63), 2**63 - 1)
-_NODE_ID = (-1, _INT32_MAX)  # -1: no leader / no vote
-_EPOCH = (0, _INT32_MAX)  # Kafka starts at epoch 0 and only counts up
+_PATH = "quorum-state"  # how reasons name the file's fields: quorum-state.leaderId
+_NODE_ID = (-1, INT32[1])  # -1: no leader / no vote
+_EPOCH = (0, INT32[1])  # Kafka starts at epoch 0 and only counts up
 _UUID_BYTES = 16
 
 
@@ -59,49 +57,31 @@ class QuorumStateStats:
     records_by_version: dict[int, int] = field(default_factory=dict)
 
 
-def _int(body: dict[str, Any], key: str, bounds: tuple[int, int], path: str = "") -> int:
-    value = body.get(key, ...)
+def _int(obj: dict[str, Any], key: str, path: object, bounds: tuple[int, int]) -> int:
+    # Not fields.get_int: these bounds are Kafka's meaning (epochs from 0, -1 for
+    # "none"), not a type width, and the reason says which.
+    value = obj.get(key, ...)
     if type(value) is int and bounds[0] <= value <= bounds[1]:
         return value
     if value is ...:
-        raise BadRecord(f"missing field {path}{key}", DeadLetterClass.MISSING_FIELD)
+        raise BadRecord(f"missing field {path}.{key}", DeadLetterClass.MISSING_FIELD)
     wanted = f"an integer from {bounds[0]} to {bounds[1]}"
     # A number too large for 64 bits arrives as a float: still a value out of range.
     huge = isinstance(value, float) and value.is_integer()
     kind = DeadLetterClass.OUT_OF_RANGE if huge else DeadLetterClass.of_bad_number(value)
-    raise BadRecord(f"{path}{key} must be {wanted}, got {value!r}", kind)
-
-
-def _string(body: dict[str, Any], key: str) -> str:
-    value = body.get(key, ...)
-    if value is ...:
-        raise BadRecord(f"missing field {key}", DeadLetterClass.MISSING_FIELD)
-    if not isinstance(value, str):
-        raise BadRecord(f"{key} must be a string, got {type(value).__name__}", DeadLetterClass.WRONG_TYPE)
-    return value
+    raise BadRecord(f"{path}.{key} must be {wanted}, got {value!r}", kind)
 
 
 def _voters(body: dict[str, Any]) -> None:
-    if "currentVoters" not in body:
-        raise BadRecord("missing field currentVoters", DeadLetterClass.MISSING_FIELD)
-    voters = body["currentVoters"]
-    if voters is None:  # nullable in version 0
-        return
-    if not isinstance(voters, list):
-        raise BadRecord(
-            f"currentVoters must be a list, got {type(voters).__name__}", DeadLetterClass.WRONG_TYPE
-        )
-    for i, voter in enumerate(voters):
-        if not isinstance(voter, dict):
-            raise BadRecord(
-                f"currentVoters[{i}] must be an object, got {type(voter).__name__}",
-                DeadLetterClass.WRONG_TYPE,
-            )
-        _int(voter, "voterId", (0, _INT32_MAX), f"currentVoters[{i}].")
+    if "currentVoters" not in body:  # required, though it may be null (nullable in version 0)
+        raise BadRecord(f"missing field {_PATH}.currentVoters", DeadLetterClass.MISSING_FIELD)
+    voters = get_list(body, "currentVoters", _PATH, default=[])
+    for path, voter in objects(voters, f"{_PATH}.currentVoters"):
+        _int(voter, "voterId", path, (0, INT32[1]))
 
 
 def _directory_id(body: dict[str, Any]) -> None:
-    text = _string(body, "votedDirectoryId")
+    text = get_str(body, "votedDirectoryId", _PATH) or ""  # never None: the field is required
     try:
         # Kafka's Uuid.toString: URL-safe base64 of 16 bytes, without padding.
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
@@ -109,14 +89,14 @@ def _directory_id(body: dict[str, Any]) -> None:
         raw = b""
     if len(raw) != _UUID_BYTES or len(text) != 22:
         raise BadRecord(
-            f"votedDirectoryId must be a Kafka Uuid (22 base64 characters), got {text[:40]!r}",
+            f"{_PATH}.votedDirectoryId must be a Kafka Uuid (22 base64 characters), got {text[:40]!r}",
             DeadLetterClass.INVALID,
         )
 
 
 def _check_v0(body: dict[str, Any]) -> None:
-    _string(body, "clusterId")
-    _int(body, "appliedOffset", _INT64)
+    get_str(body, "clusterId", _PATH)
+    _int(body, "appliedOffset", _PATH, INT64)
     _voters(body)
 
 
@@ -130,29 +110,15 @@ def _check_v1(body: dict[str, Any]) -> None:
 _VERSIONS: dict[int, Callable[[dict[str, Any]], None]] = {0: _check_v0, 1: _check_v1}
 
 
-def quorum_state_body(data: bytes) -> dict[str, Any]:
+def quorum_state_body(text: str) -> dict[str, Any]:
     """The file's object, checked; raise :class:`BadRecord` saying why it cannot be used."""
-    if not data.strip():
+    if not text.strip():
         raise BadRecord(
             "empty quorum-state file (Kafka writes it whole and renames it into place)",
             DeadLetterClass.INVALID,
         )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRecord(
-            f"not UTF-8: invalid byte 0x{data[exc.start]:02x} at byte {exc.start + 1}",
-            DeadLetterClass.NOT_UTF8,
-        ) from None
-    try:
-        body = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise BadRecord(f"malformed quorum-state JSON: {exc}", DeadLetterClass.MALFORMED_JSON) from None
-    if not isinstance(body, dict):
-        raise BadRecord(
-            f"quorum-state must be a JSON object, got {type(body).__name__}", DeadLetterClass.WRONG_TYPE
-        )
-    version = _int(body, DATA_VERSION, (0, 2**15 - 1))  # an int16 in Kafka
+    body = json_object(text, "quorum-state")
+    version = _int(body, DATA_VERSION, _PATH, (0, INT16[1]))
     check = _VERSIONS.get(version)
     if check is None:
         raise BadRecord(
@@ -160,9 +126,9 @@ def quorum_state_body(data: bytes) -> dict[str, Any]:
             f"{' and '.join(map(str, _VERSIONS))}): a newer Kafka? fencewatch needs an update",
             DeadLetterClass.OUT_OF_RANGE,
         )
-    _int(body, "leaderId", _NODE_ID)
-    _int(body, "leaderEpoch", _EPOCH)
-    _int(body, "votedId", _NODE_ID)
+    _int(body, "leaderId", _PATH, _NODE_ID)
+    _int(body, "leaderEpoch", _PATH, _EPOCH)
+    _int(body, "votedId", _PATH, _NODE_ID)
     check(body)
     return body
 
@@ -188,19 +154,30 @@ def parse_quorum_state(
     """
     counts = stats if stats is not None else QuorumStateStats()
     counts.files += 1
-    position = f"{source}:1"
     data = source_data if isinstance(source_data, bytes) else source_data.read(max_record_bytes + 1)
-    if len(data) > max_record_bytes:
+    item = _item(data, f"{source}:1", cluster, node, ts_ms, max_record_bytes)
+    if isinstance(item, Envelope):
+        counts.records += 1
+        version = item.body[DATA_VERSION]
+        counts.records_by_version[version] = counts.records_by_version.get(version, 0) + 1
+    else:
         counts.dead_letters += 1
-        reason = too_large_reason("quorum-state file", max_record_bytes) + "; only its start is kept"
-        raw = data[:EXCERPT_BYTES].decode("utf-8", errors="replace")
-        return DeadLetter(position, reason, raw, kind=DeadLetterClass.TOO_LARGE)
-    raw_text = data.decode("utf-8", errors="replace").rstrip("\r\n")
+    return item
+
+
+def _item(
+    data: bytes, position: str, cluster: str, node: int, ts_ms: int, limit: int
+) -> Envelope | DeadLetter:
+    if len(data) > limit:
+        # Only limit + 1 bytes were read: the file's size is not known.
+        return LongLine(data[:EXCERPT_BYTES], limit).dead_letter(position, "quorum-state file")
+    text, utf8_error = decode_line(data)
+    if utf8_error is not None:
+        return DeadLetter(position, f"not UTF-8: {utf8_error}", text, kind=DeadLetterClass.NOT_UTF8)
     try:
-        body = quorum_state_body(data)
+        body = quorum_state_body(text)
     except BadRecord as exc:
-        counts.dead_letters += 1
-        return exc.dead_letter(position, raw_text)
+        return exc.dead_letter(position, text)
     obj = {
         "cluster": cluster,
         "node": node,
@@ -209,11 +186,4 @@ def parse_quorum_state(
         "offset": None,
         "body": body,
     }
-    item = envelope_or_dead_letter(obj, position, 0, raw_text)
-    if isinstance(item, Envelope):
-        counts.records += 1
-        version = body[DATA_VERSION]
-        counts.records_by_version[version] = counts.records_by_version.get(version, 0) + 1
-    else:
-        counts.dead_letters += 1
-    return item
+    return envelope_or_dead_letter(obj, position, 0, text)

@@ -224,8 +224,8 @@ def _body(text: str) -> dict[str, Any]:
 
 def _segment(f: dict[str, str]) -> dict[str, Any]:
     where = "RemoteLogSegmentMetadata"
-    start = _int(_get(f, "startOffset", where), f"{where}.startOffset", _NON_NEGATIVE_INT64)
-    end = _int(_get(f, "endOffset", where), f"{where}.endOffset", _NON_NEGATIVE_INT64)
+    start = _field_int(f, "startOffset", where, _NON_NEGATIVE_INT64)
+    end = _field_int(f, "endOffset", where, _NON_NEGATIVE_INT64)
     if end < start:
         # Kafka's constructor refuses this, so such a line was not printed by Kafka intact.
         raise BadRecord(f"{where}.endOffset {end} is before startOffset {start}", DeadLetterClass.INVALID)
@@ -233,14 +233,12 @@ def _segment(f: dict[str, str]) -> dict[str, Any]:
         "remoteLogSegmentId": _segment_id(_get(f, "remoteLogSegmentId", where), where),
         "startOffset": start,
         "endOffset": end,
-        "brokerId": _int(_get(f, "brokerId", where), f"{where}.brokerId", INT32),
-        "maxTimestampMs": _int(_get(f, "maxTimestampMs", where), f"{where}.maxTimestampMs", INT64),
-        "eventTimestampMs": _int(_get(f, "eventTimestampMs", where), f"{where}.eventTimestampMs", INT64),
+        "brokerId": _field_int(f, "brokerId", where, INT32),
+        "maxTimestampMs": _field_int(f, "maxTimestampMs", where, INT64),
+        "eventTimestampMs": _field_int(f, "eventTimestampMs", where, INT64),
         "segmentLeaderEpochs": _leader_epochs(_get(f, "segmentLeaderEpochs", where), where),
-        "segmentSizeInBytes": _int(
-            _get(f, "segmentSizeInBytes", where), f"{where}.segmentSizeInBytes", INT32
-        ),
-        "remoteLogSegmentState": _state(_get(f, "state", where), f"{where}.state", STATE_NAMES),
+        "segmentSizeInBytes": _field_int(f, "segmentSizeInBytes", where, INT32),
+        "remoteLogSegmentState": _state(f, where, STATE_NAMES),
     }
     _check_custom_metadata(f, where)
     txn = f.get("txnIdxEmpty")
@@ -258,9 +256,9 @@ def _update(f: dict[str, str]) -> dict[str, Any]:
     _check_custom_metadata(f, where)
     data = {
         "remoteLogSegmentId": _segment_id(_get(f, "remoteLogSegmentId", where), where),
-        "brokerId": _int(_get(f, "brokerId", where), f"{where}.brokerId", INT32),
-        "eventTimestampMs": _int(_get(f, "eventTimestampMs", where), f"{where}.eventTimestampMs", INT64),
-        "remoteLogSegmentState": _state(_get(f, "state", where), f"{where}.state", STATE_NAMES),
+        "brokerId": _field_int(f, "brokerId", where, INT32),
+        "eventTimestampMs": _field_int(f, "eventTimestampMs", where, INT64),
+        "remoteLogSegmentState": _state(f, where, STATE_NAMES),
     }
     return {"type": "RemoteLogSegmentMetadataUpdateRecord", "version": 0, "data": data}
 
@@ -270,11 +268,9 @@ def _partition_delete(f: dict[str, str]) -> dict[str, Any]:
     data = {
         # toString says topicPartition; the value and the record field are a TopicIdPartition.
         "topicIdPartition": _topic_id_partition(_get(f, "topicPartition", where), f"{where}.topicPartition"),
-        "brokerId": _int(_get(f, "brokerId", where), f"{where}.brokerId", INT32),
-        "eventTimestampMs": _int(_get(f, "eventTimestampMs", where), f"{where}.eventTimestampMs", INT64),
-        "remotePartitionDeleteState": _state(
-            _get(f, "state", where), f"{where}.state", PARTITION_DELETE_STATES
-        ),
+        "brokerId": _field_int(f, "brokerId", where, INT32),
+        "eventTimestampMs": _field_int(f, "eventTimestampMs", where, INT64),
+        "remotePartitionDeleteState": _state(f, where, PARTITION_DELETE_STATES),
     }
     return {"type": "RemotePartitionDeleteMetadataRecord", "version": 0, "data": data}
 
@@ -321,6 +317,10 @@ def _get(f: dict[str, str], key: str, where: str) -> str:
     return value
 
 
+def _field_int(f: dict[str, str], key: str, where: str, bounds: tuple[int, int]) -> int:
+    return _int(_get(f, key, where), f"{where}.{key}", bounds)
+
+
 def _int(text: str, path: str, bounds: tuple[int, int]) -> int:
     if not _INT.fullmatch(text):
         raise BadRecord(f"{path} must be an integer, got {text[:40]!r}", DeadLetterClass.WRONG_TYPE)
@@ -333,10 +333,11 @@ def _int(text: str, path: str, bounds: tuple[int, int]) -> int:
     return value
 
 
-def _state(text: str, path: str, names: tuple[str, ...]) -> int:
+def _state(f: dict[str, str], where: str, names: tuple[str, ...]) -> int:
+    text = _get(f, "state", where)
     if text not in names:
         raise BadRecord(
-            f"{path} must be one of {', '.join(names)}, got {text[:60]!r}", DeadLetterClass.WRONG_TYPE
+            f"{where}.state must be one of {', '.join(names)}, got {text[:60]!r}", DeadLetterClass.WRONG_TYPE
         )
     return names.index(text)  # the enum's id is its position
 

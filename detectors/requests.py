@@ -251,6 +251,14 @@ def fetch_replica_id(request: dict[str, Any]) -> int:
     return get_int(request, "replicaId", "body.request", default=-1)
 
 
+def _answered(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """(request, response, the response's top-level ``errorCode``) of a
+    controller-to-broker or AlterPartition line, which always has a response."""
+    request = get_obj(body, "request", "body")
+    response = get_obj(body, "response", "body")
+    return request, response, get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+
+
 @fast_pickle
 @dataclass(frozen=True, slots=True)
 class StopReplicaPartition:
@@ -272,9 +280,7 @@ class StopReplica:
 
 
 def stop_replica(api_version: int, body: dict[str, Any]) -> StopReplica:
-    request = get_obj(body, "request", "body")
-    response = get_obj(body, "response", "body")
-    error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+    request, response, error = _answered(body)
     errors: dict[tuple[str, int], int] = {}
     epath = "body.response.partitionErrors"
     for path, item in objects(get_list(response, "partitionErrors", "body.response", default=[]), epath):
@@ -326,9 +332,7 @@ class LeaderAndIsrPartition:
 
 def leader_and_isr(body: dict[str, Any]) -> tuple[int, int, list[LeaderAndIsrPartition]]:
     """(controller epoch, top-level error, partitions) of a ZooKeeper-mode LeaderAndIsr."""
-    request = get_obj(body, "request", "body")
-    response = get_obj(body, "response", "body")
-    error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+    request, response, error = _answered(body)
     errors: dict[tuple[str, int], int] = {}
     for tpath, topic in objects(
         get_list(response, "topics", "body.response", default=[]), "body.response.topics"
@@ -380,9 +384,7 @@ def update_metadata(body: dict[str, Any]) -> tuple[int, int]:
     """(controller epoch, error) of a ZooKeeper-mode UpdateMetadata. Kafka's
     UpdateMetadataRequest.json has ``controllerEpoch`` at the top of the request
     in every version; the response carries only ``errorCode``."""
-    request = get_obj(body, "request", "body")
-    response = get_obj(body, "response", "body")
-    error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+    request, _, error = _answered(body)
     return get_int(request, "controllerEpoch", "body.request"), error
 
 
@@ -410,9 +412,7 @@ class AlterPartition:
 
 
 def alter_partition(body: dict[str, Any]) -> AlterPartition:
-    request = get_obj(body, "request", "body")
-    response = get_obj(body, "response", "body")
-    error = get_int(response, "errorCode", "body.response", bounds=INT16, default=0)
+    request, response, error = _answered(body)
     answered: dict[tuple[str | None, int], tuple[int, int]] = {}
     for tpath, topic in objects(
         get_list(response, "topics", "body.response", default=[]), "body.response.topics"

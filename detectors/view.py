@@ -329,13 +329,15 @@ class ClusterView:
 
         LeaderAndIsr v5+ names a topic by id and by name, and the view keys it by
         id; StopReplica names it by name only, so the name is recorded to resolve
-        to that id as a TOPIC_RECORD would."""
+        to that id as a TOPIC_RECORD would. Brokers' logs interleave out of order:
+        a request older than the name's latest mapping (a re-created topic's
+        previous id, arriving late) must not re-point the name."""
         topic_key, index = key
         topic = self.topics.setdefault(topic_key, Topic(name))
         topic.saw(index)
         if not topic_key.startswith("name:"):
             named = self.topic_ids_by_name.get(name)
-            if named is None or named.latest != topic_key:
+            if named is None or (named.latest != topic_key and ts_ms >= named.latest_ts_ms):
                 self._name(name, ts_ms, topic_key)
         history = self.partitions.get(key)
         if history is None or state.leader_epoch > history.latest.leader_epoch:

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         # Open everything first so a typo in the last name fails before any output.
         try:
-            inputs = [(name, _open_input(name, stack)) for name in args.files]
+            inputs = [(name, open_input(name, stack)) for name in args.files]
             dead_sink = (
                 stack.enter_context(open(args.dead_letter, "w", encoding="utf-8"))
                 if args.dead_letter
@@ -155,7 +155,17 @@ def run(args: argparse.Namespace) -> int:
         try:
             with sigterm_as_interrupt():
                 for name, stream in inputs:
-                    for item in _parse(args, name, stream, stats):
+                    items = parse_input(
+                        stream,
+                        stats,
+                        source="stdin" if name == "-" else name,
+                        cluster=args.cluster,
+                        node=args.node,
+                        max_record_bytes=args.max_record_bytes,
+                        tz=args.tz or "UTC",
+                        ts_ms=args.ts_ms,
+                    )
+                    for item in items:
                         if isinstance(item, Envelope):
                             out.write(dumps(item.to_dict()) + "\n")
                         else:
@@ -168,65 +178,71 @@ def run(args: argparse.Namespace) -> int:
     return 130 if stopped else 0
 
 
-def _open_input(name: str, stack: ExitStack) -> IO[bytes]:
+def open_input(name: str, stack: ExitStack) -> IO[bytes]:
+    """The input ``name`` ('-': stdin) opened in binary, closed with ``stack``."""
     # Binary: bytes that are not UTF-8 must become dead letters, not a crash.
     if name == "-":
         return sys.stdin.buffer
     return stack.enter_context(open(name, "rb"))
 
 
-def _parse(
-    args: argparse.Namespace,
-    name: str,
+def parse_input(
     stream: IO[bytes],
     stats: Stats,
+    *,
+    source: str,
+    cluster: str,
+    node: int | None,
+    max_record_bytes: int,
+    tz: str = "UTC",
+    ts_ms: int | None = None,
 ) -> Iterator[Envelope | DeadLetter]:
-    source = "stdin" if name == "-" else name
+    """The envelopes and dead letters of one input, read with the parser of the
+    format whose stats ``stats`` is (``_STATS``); ``fencewatch ship`` reads its
+    dump-like inputs with it too.
+
+    node: the writer, for the formats that do not name it (ignored for
+    remote-log-metadata, whose records do); required for request-log and
+    quorum-state (ValueError). tz: request-log only. ts_ms: quorum-state only,
+    when the state was seen, epoch ms (default: the file's modification time).
+    """
     if isinstance(stats, RemoteLogMetadataStats):
         return iter_remote_log_metadata(
-            stream,
-            source=source,
-            cluster=args.cluster,
-            stats=stats,
-            max_record_bytes=args.max_record_bytes,
+            stream, source=source, cluster=cluster, stats=stats, max_record_bytes=max_record_bytes
         )
     if isinstance(stats, QuorumStateStats):
-        ts_ms = args.ts_ms if args.ts_ms is not None else os.fstat(stream.fileno()).st_mtime_ns // 1_000_000
+        if node is None:
+            raise ValueError("quorum-state needs the node whose file it is (the file names none)")
+        if ts_ms is None:
+            ts_ms = os.fstat(stream.fileno()).st_mtime_ns // 1_000_000
         item = parse_quorum_state(
             stream,
             source=source,
-            cluster=args.cluster,
-            node=args.node,
+            cluster=cluster,
+            node=node,
             ts_ms=ts_ms,
             stats=stats,
-            max_record_bytes=args.max_record_bytes,
+            max_record_bytes=max_record_bytes,
         )
         return iter((item,))
     if isinstance(stats, RequestLogStats):
+        if node is None:
+            raise ValueError("request-log needs the node that wrote it")
         return iter_request_log(
             stream,
             source=source,
-            cluster=args.cluster,
-            node=args.node,
-            tz=args.tz or "UTC",
+            cluster=cluster,
+            node=node,
+            tz=tz,
             stats=stats,
-            max_record_bytes=args.max_record_bytes,
+            max_record_bytes=max_record_bytes,
         )
     return iter_metadata_dump(
-        stream,
-        source=source,
-        cluster=args.cluster,
-        node=args.node,
-        stats=stats,
-        max_record_bytes=args.max_record_bytes,
+        stream, source=source, cluster=cluster, node=node, stats=stats, max_record_bytes=max_record_bytes
     )
 
 
-def _summary(
-    fmt: str,
-    files: int,
-    stats: Stats,
-) -> str:
+def _summary(fmt: str, files: int, stats: Stats) -> str:
     """One human line: what was converted, what was dead-lettered, what was skipped."""
     if isinstance(stats, QuorumStateStats):
         by_version = ", ".join(f"data_version {v}: {n}" for v, n in sorted(stats.records_by_version.items()))

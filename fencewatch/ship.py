@@ -50,16 +50,18 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from typing import IO, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from detectors.engine import wall_clock_ms
 from detectors.envelope import DeadLetter, Envelope
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES
-from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
+from detectors.parse_metadata_dump import MetadataDumpStats
 from detectors.parse_quorum_state import FILE_NAME as QUORUM_STATE_FILE_NAME
 from detectors.parse_quorum_state import QuorumStateStats, parse_quorum_state
-from detectors.parse_remote_log_metadata import RemoteLogMetadataStats, iter_remote_log_metadata
+from detectors.parse_remote_log_metadata import RemoteLogMetadataStats
 from detectors.parse_request_log import RequestLogStats, iter_request_log
+from fencewatch.convert import open_input, parse_input
 from fencewatch.options import add_record_limit_option, input_file, input_files, output_file
 from producers.kafka_publisher import (
     SASL_PASSWORD_ENV,
@@ -393,17 +395,39 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
         on_notice=_say,
         max_line_bytes=args.max_record_bytes,
     )
-    with _stop_on_signals(follower.stop):
+    return _ship_until_stopped(
+        prog,
+        lambda: shipper.run(follower),
+        follower.stop,
+        shipper.summary,
+        undelivered_note=f"; state kept at the last confirmed position in {state.path}",
+    )
+
+
+def _ship_until_stopped(
+    prog: str,
+    ship: Callable[[], None],
+    stop: Callable[[], None],
+    summary: Callable[[], str],
+    *,
+    undelivered_note: str = "",
+    read_error: Callable[[Exception], str] = str,
+) -> int:
+    """Run a following shipper (``ship``) with SIGTERM/SIGINT as a clean stop
+    (``stop``), report how it ended, and return the exit code: 0, or 1 when
+    records could not be delivered (``undelivered_note`` says what was kept) or
+    the input could not be read (``read_error`` says so)."""
+    with _stop_on_signals(stop):
         try:
-            shipper.run(follower)
+            ship()
         except DeliveryError as exc:
             print(f"{prog}: {exc}", file=sys.stderr)
-            _say(shipper.summary() + f"; state kept at the last confirmed position in {state.path}")
+            _say(summary() + undelivered_note)
             return 1
         except (OSError, StateError) as exc:
-            print(f"{prog}: {exc}", file=sys.stderr)
+            print(f"{prog}: {read_error(exc)}", file=sys.stderr)
             return 1
-    _say(shipper.summary())
+    _say(summary())
     return 0
 
 
@@ -574,7 +598,7 @@ class RequestLogShipper:
         )
 
 
-# -- metadata-dump -----------------------------------------------------------------
+# -- metadata-dump, remote-log-metadata --------------------------------------------
 
 
 def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
@@ -588,7 +612,7 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
     )
     with ExitStack() as stack:
         try:
-            inputs = [(name, _open_input(name, stack)) for name in args.files]
+            inputs = [(name, open_input(name, stack)) for name in args.files]
         except OSError as exc:
             print(
                 f"{prog}: cannot open {exc.filename}: {exc.strerror or exc} -- check the path",
@@ -603,24 +627,17 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
                 for name, stream in inputs:
                     source = "stdin" if name == "-" else name
                     origin = {"format": args.format, "cluster": args.cluster, "file": source}
-                    if isinstance(stats, MetadataDumpStats):
-                        origin["node"] = args.node
-                        items = iter_metadata_dump(
-                            stream,
-                            source=source,
-                            cluster=args.cluster,
-                            node=args.node,
-                            stats=stats,
-                            max_record_bytes=args.max_record_bytes,
-                        )
-                    else:
-                        items = iter_remote_log_metadata(
-                            stream,
-                            source=source,
-                            cluster=args.cluster,
-                            stats=stats,
-                            max_record_bytes=args.max_record_bytes,
-                        )
+                    node = getattr(args, "node", None)  # remote-log-metadata has none
+                    if args.format == METADATA_DUMP:
+                        origin["node"] = node
+                    items = parse_input(
+                        stream,
+                        stats,
+                        source=source,
+                        cluster=args.cluster,
+                        node=node,
+                        max_record_bytes=args.max_record_bytes,
+                    )
                     for item in items:
                         if stopped.is_set():
                             break
@@ -644,12 +661,6 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
         + ("; stopped early by a signal" if stopped.is_set() else "")
     )
     return 130 if stopped.is_set() else 0
-
-
-def _open_input(name: str, stack: ExitStack) -> IO[bytes]:
-    if name == "-":
-        return sys.stdin.buffer
-    return stack.enter_context(open(name, "rb"))
 
 
 # -- quorum-state --------------------------------------------------------------------
@@ -679,22 +690,14 @@ def _run_quorum_state(args: argparse.Namespace, publisher: KafkaPublisher, prog:
         flush_timeout_seconds=args.flush_timeout,
         max_record_bytes=args.max_record_bytes,
     )
-    with _stop_on_signals(shipper.stop):
-        try:
-            shipper.run(once=args.once)
-        except DeliveryError as exc:
-            print(f"{prog}: {exc}", file=sys.stderr)
-            _say(shipper.summary())
-            return 1
-        except OSError as exc:
-            print(f"{prog}: cannot read {path}: {exc.strerror or exc} -- check the path", file=sys.stderr)
-            return 1
-    _say(shipper.summary())
-    return 0
 
+    def read_error(exc: Exception) -> str:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        return f"cannot read {path}: {reason} -- check the path"
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return _ship_until_stopped(
+        prog, lambda: shipper.run(once=args.once), shipper.stop, shipper.summary, read_error=read_error
+    )
 
 
 class QuorumStateShipper:
@@ -727,7 +730,7 @@ class QuorumStateShipper:
         status_interval_seconds: float = 30.0,
         flush_timeout_seconds: float = 30.0,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-        clock_ms: Callable[[], int] = _wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_clock_ms,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Any] | None = None,
         status: Callable[[str], None] = _say,

@@ -104,10 +104,8 @@ class Simulator:
             raise ValueError(
                 f"{NOT_NATIVE} cannot be injected in native forms: Kafka prints no cleaner offsets"
             )
-        self.enabled = sorted(
-            config.faults
-            or (r for r in self.faults.injectors if not (config.native_forms and r == NOT_NATIVE))
-        )
+        available = [r for r in self.faults.injectors if not (config.native_forms and r == NOT_NATIVE)]
+        self.enabled = sorted(config.faults or available)
         self.injected: dict[str, int] = {}
         self._actions = list(ACTION_WEIGHTS)
         self._weights = list(ACTION_WEIGHTS.values())

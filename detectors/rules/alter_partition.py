@@ -10,7 +10,7 @@ from detectors.errors import KafkaError
 from detectors.requests import AlterPartition, AlterPartitionEntry, Header
 from detectors.rules.base import Rule, register
 from detectors.rules.isr import IsrIneligibleReplicaAdmitted
-from detectors.view import BrokerState, PartitionState
+from detectors.view import BrokerState, PartitionKey, PartitionState
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
@@ -70,8 +70,7 @@ def judge(
         return  # the whole request was rejected: fencing working
     identity = (header.request_ref, env.ts_ms)
     grace = cs.config.grace_ms
-    accepted = [p for p in request.partitions if p.error == KafkaError.NONE]
-    if home and accepted and request.broker_epoch != -1:
+    if home and request.broker_epoch != -1 and any(p.error == KafkaError.NONE for p in request.partitions):
         states = cs.view.broker_window(request.broker_id, env.ts_ms - grace, env.ts_ms + grace)
         if not states:
             cs.unverified("unknown broker")
@@ -124,7 +123,6 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
     if found is None:
         return
     key, _ = found
-    tp = cs.describe(key)
     history = cs.view.partition(key)
     assert history is not None
     # The controller is the authority: no grace, the state it replaced or held then.
@@ -135,19 +133,19 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
         cs.emit(
             AlterPartitionStaleEpochAccepted,
             env,
-            message=f"controller {env.node} accepted an AlterPartition for {tp} with leaderEpoch "
-            f"{entry.leader_epoch}/partitionEpoch {entry.partition_epoch} while the partition was at "
-            f"{before.leader_epoch}/{before.partition_epoch}",
+            message=f"controller {env.node} accepted an AlterPartition for {cs.describe(key)} "
+            f"with leaderEpoch {entry.leader_epoch}/partitionEpoch {entry.partition_epoch} "
+            f"while the partition was at {before.leader_epoch}/{before.partition_epoch}",
             node=env.node,
             identity=(header.request_ref, env.ts_ms),
             evidence=[before.source],
             partition_key=key,
         )
-    _judge_isr_members(cs, env, entry, key, tp)
+    _judge_isr_members(cs, env, entry, key)
 
 
 def _judge_isr_members(
-    cs: ClusterState, env: Envelope, entry: AlterPartitionEntry, key: tuple[str, int], tp: str
+    cs: ClusterState, env: Envelope, entry: AlterPartitionEntry, key: PartitionKey
 ) -> None:
     """KIP-841 / KIP-903 as Kafka's controller enforces them
     (ReplicationControlManager.validateAlterPartitionData, via
@@ -172,8 +170,8 @@ def _judge_isr_members(
         cs.emit(
             IsrIneligibleReplicaAdmitted,
             env,
-            message=f"controller {env.node} accepted an AlterPartition for {tp} although its new ISR "
-            f"holds replica {replica} ({reasons[-1]})",
+            message=f"controller {env.node} accepted an AlterPartition for {cs.describe(key)} "
+            f"although its new ISR holds replica {replica} ({reasons[-1]})",
             node=replica,
             identity=(entry.result_partition_epoch,),
             evidence=[states[-1].source],

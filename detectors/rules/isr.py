@@ -52,7 +52,6 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
     after, before, env = change.after, change.before, change.env
     if before is None and after.partition_epoch > 0:
         return  # a snapshot re-stating an existing partition, not a decision being made
-    tp = cs.describe(change.key)
     for replica in after.isr:
         if before is not None and replica in before.isr:
             continue
@@ -66,7 +65,7 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
             cs.emit(
                 IsrIneligibleReplicaAdmitted,
                 env,
-                message=f"replica {replica} was added to the ISR of {tp} while {why} "
+                message=f"replica {replica} was added to the ISR of {cs.describe(change.key)} while {why} "
                 f"(partition epoch {after.partition_epoch})",
                 node=replica,
                 identity=(after.partition_epoch,),
@@ -84,7 +83,7 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
             cs.emit(
                 LeaderIneligibleElected,
                 env,
-                message=f"broker {after.leader} was elected leader of {tp} "
+                message=f"broker {after.leader} was elected leader of {cs.describe(change.key)} "
                 f"(leader epoch {after.leader_epoch}) while {why}",
                 node=after.leader,
                 identity=(after.leader_epoch,),

@@ -73,15 +73,14 @@ def judge(
         oldest = min(s.leader_epoch for s in states)
         newest = max(s.leader_epoch for s in states)
         evidence = [states[0].source] if len(states) == 1 else [states[0].source, states[-1].source]
-        tp = cs.describe(key)
         if outcome.error == KafkaError.NONE:
             leaders = {s.leader for s in states}
             if node not in leaders:
                 cs.emit(
                     ProduceAcceptedByNonLeader,
                     env,
-                    message=f"broker {node} accepted a produce (acks={acks}) to {tp} while the leader "
-                    f"was {sorted(leaders)} for the whole grace window",
+                    message=f"broker {node} accepted a produce (acks={acks}) to {cs.describe(key)} "
+                    f"while the leader was {sorted(leaders)} for the whole grace window",
                     node=node,
                     identity=identity,
                     evidence=evidence,
@@ -92,8 +91,8 @@ def judge(
                 cs.emit(
                     ProduceStaleEpochAccepted,
                     env,
-                    message=f"leader {node} accepted a produce to {tp} with stale currentLeaderEpoch "
-                    f"{outcome.epoch} (leader epoch {oldest})",
+                    message=f"leader {node} accepted a produce to {cs.describe(key)} "
+                    f"with stale currentLeaderEpoch {outcome.epoch} (leader epoch {oldest})",
                     node=node,
                     identity=identity,
                     evidence=evidence,
@@ -106,9 +105,9 @@ def judge(
             cs.emit(
                 ProduceEpochErrorMismatch,
                 env,
-                message=f"broker {node} answered {KafkaError(outcome.error).name} to a produce to {tp} "
-                f"with currentLeaderEpoch {outcome.epoch} while the leader epoch was "
-                f"{oldest if oldest == newest else f'{oldest}..{newest}'}",
+                message=f"broker {node} answered {KafkaError(outcome.error).name} "
+                f"to a produce to {cs.describe(key)} with currentLeaderEpoch {outcome.epoch} "
+                f"while the leader epoch was {oldest if oldest == newest else f'{oldest}..{newest}'}",
                 node=node,
                 identity=identity,
                 evidence=evidence,

@@ -90,12 +90,12 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
         cs.remote.segments[event.segment_id] = segment
     old, new = segment.state, event.state
     judgments: list[Deferred] = []
-    name = f"segment {segment.segment_id} of {cs.describe(segment.key)}"
     if new == DELETE_FINISHED and old not in (DELETE_STARTED, DELETE_FINISHED):
         cs.emit(
             RemoteSegmentZombieDelete,
             env,
-            message=f"{name} reached DELETE_SEGMENT_FINISHED without DELETE_SEGMENT_STARTED",
+            message=f"segment {segment.segment_id} of {cs.describe(segment.key)} "
+            "reached DELETE_SEGMENT_FINISHED without DELETE_SEGMENT_STARTED",
             node=event.broker_id,
             identity=(segment.segment_id,),
             partition_key=segment.key,
@@ -104,7 +104,8 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
         cs.emit(
             RemoteSegmentInvalidTransition,
             env,
-            message=f"{name} moved from {STATE_NAMES[old] if old is not None else 'nothing'} "
+            message=f"segment {segment.segment_id} of {cs.describe(segment.key)} "
+            f"moved from {STATE_NAMES[old] if old is not None else 'nothing'} "
             f"to {STATE_NAMES[new]}",
             node=event.broker_id,
             identity=(segment.segment_id, old, new),
@@ -183,8 +184,10 @@ def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:
     if segment.zombie or segment.finished is None:
         return  # removing a rejected or invalid upload is cleanup, whoever does it
     marked_ms = cs.remote.deleted_since(segment.key)
-    if marked_ms is not None and marked_ms <= request.ts_ms:
-        return  # the partition was deleted: its segments are cleaned up, whoever does it
+    if marked_ms is not None and marked_ms <= request.ts_ms + cs.config.grace_ms:
+        # The partition was deleted: its segments are cleaned up, whoever does it. The mark and
+        # the request come from different clocks, so a mark up to grace_ms later still counts.
+        return
     found = cs.partition_window(None, segment.key[0], segment.key[1], request.ts_ms)
     if found is None:
         return

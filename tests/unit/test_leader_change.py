@@ -18,10 +18,7 @@ LEADER_CHANGE(2)``, no leader). Its story, controllers 3000, 3001, 3002:
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from detectors.engine import Detector
 from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_from_obj
 from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
 from producers import shapes as s
+from tests.unit.test_end_to_end_native import fencewatch
 
 NATIVE = Path(__file__).resolve().parents[1] / "data" / "native"
 DUMP = NATIVE / "metadata-leader-change.dump"
@@ -307,19 +305,6 @@ def test_buckets_judge_a_leader_change_once_in_bucket_0():
 
 
 # ---- convert, then replay -------------------------------------------------------------------------
-
-
-def fencewatch(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEWATCH_")}
-    return subprocess.run(
-        [sys.executable, "-m", "fencewatch", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def convert_and_replay(dump: Path, tmp_path: Path, *extra: Path) -> list[dict[str, Any]]:

@@ -98,20 +98,20 @@ def test_what_kafka_may_also_write_is_accepted():
 BAD = [
     (b"", DeadLetterClass.INVALID, "empty quorum-state file"),
     (b"  \n", DeadLetterClass.INVALID, "empty quorum-state file"),
-    (b'{"leaderId":\xff}', DeadLetterClass.NOT_UTF8, "invalid byte 0xff"),
+    (b'{"leaderId":\xff}', DeadLetterClass.NOT_UTF8, "not UTF-8: invalid UTF-8 byte 0xff"),
     (b'{"leaderId":1,', DeadLetterClass.MALFORMED_JSON, "malformed quorum-state JSON"),
     (b"[1, 2]", DeadLetterClass.WRONG_TYPE, "must be a JSON object, got list"),
     (b'"quorum"', DeadLetterClass.WRONG_TYPE, "must be a JSON object, got str"),
-    (v0(data_version=...), DeadLetterClass.MISSING_FIELD, "missing field data_version"),
+    (v0(data_version=...), DeadLetterClass.MISSING_FIELD, "missing field quorum-state.data_version"),
     (v0(data_version=2), DeadLetterClass.OUT_OF_RANGE, "data_version 2 is not one fencewatch reads"),
     (v0(data_version="0"), DeadLetterClass.WRONG_TYPE, "data_version must be an integer"),
-    (v0(leaderEpoch=...), DeadLetterClass.MISSING_FIELD, "missing field leaderEpoch"),
-    (v0(leaderId=...), DeadLetterClass.MISSING_FIELD, "missing field leaderId"),
-    (v1(votedId=...), DeadLetterClass.MISSING_FIELD, "missing field votedId"),
-    (v0(clusterId=...), DeadLetterClass.MISSING_FIELD, "missing field clusterId"),
-    (v0(appliedOffset=...), DeadLetterClass.MISSING_FIELD, "missing field appliedOffset"),
-    (v0(currentVoters=...), DeadLetterClass.MISSING_FIELD, "missing field currentVoters"),
-    (v1(votedDirectoryId=...), DeadLetterClass.MISSING_FIELD, "missing field votedDirectoryId"),
+    (v0(leaderEpoch=...), DeadLetterClass.MISSING_FIELD, "missing field quorum-state.leaderEpoch"),
+    (v0(leaderId=...), DeadLetterClass.MISSING_FIELD, "missing field quorum-state.leaderId"),
+    (v1(votedId=...), DeadLetterClass.MISSING_FIELD, "missing field quorum-state.votedId"),
+    (v0(clusterId=...), DeadLetterClass.MISSING_FIELD, "missing field quorum-state.clusterId"),
+    (v0(appliedOffset=...), DeadLetterClass.MISSING_FIELD, "missing field quorum-state.appliedOffset"),
+    (v0(currentVoters=...), DeadLetterClass.MISSING_FIELD, "missing field quorum-state.currentVoters"),
+    (v1(votedDirectoryId=...), DeadLetterClass.MISSING_FIELD, "missing field quorum-state.votedDirectoryId"),
     (v1(votedDirectoryId="not-a-uuid"), DeadLetterClass.INVALID, "must be a Kafka Uuid"),
     (v1(votedDirectoryId=7), DeadLetterClass.WRONG_TYPE, "votedDirectoryId must be a string"),
     (v0(leaderEpoch=2**31), DeadLetterClass.OUT_OF_RANGE, "leaderEpoch must be an integer from 0"),
@@ -125,7 +125,11 @@ BAD = [
     (v0(currentVoters="1,2,3"), DeadLetterClass.WRONG_TYPE, "currentVoters must be a list"),
     (v0(currentVoters=[1, 2]), DeadLetterClass.WRONG_TYPE, "currentVoters[0] must be an object"),
     (v0(currentVoters=[{"voterId": "1"}]), DeadLetterClass.WRONG_TYPE, "currentVoters[0].voterId must be"),
-    (v0(currentVoters=[{"id": 1}]), DeadLetterClass.MISSING_FIELD, "missing field currentVoters[0].voterId"),
+    (
+        v0(currentVoters=[{"id": 1}]),
+        DeadLetterClass.MISSING_FIELD,
+        "missing field quorum-state.currentVoters[0].voterId",
+    ),
     (v1(currentVoters=[{"voterId": -3}]), DeadLetterClass.OUT_OF_RANGE, "currentVoters[0].voterId must be"),
 ]
 
@@ -153,12 +157,14 @@ def test_a_number_too_large_for_64_bits_is_out_of_range():
 
 def test_a_file_over_the_size_limit_is_not_read_whole():
     stream = io.BytesIO(V0 + b" " * 10_000_000)
-    item = parse(stream, max_record_bytes=1000)
+    stats = QuorumStateStats()
+    item = parse(stream, max_record_bytes=1000, stats=stats)
 
     assert isinstance(item, DeadLetter) and item.kind is DeadLetterClass.TOO_LARGE
     assert "longer than the record size limit of 1000 bytes" in item.reason
     assert stream.tell() == 1001  # one byte past the limit, no more
     assert item.raw.startswith('{"clusterId"')
+    assert stats == QuorumStateStats(files=1, records=0, dead_letters=1)
 
 
 def test_a_time_the_envelope_cannot_carry_is_a_dead_letter():

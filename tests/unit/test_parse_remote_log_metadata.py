@@ -6,10 +6,8 @@ detectors/parse_remote_log_metadata.py, and through ``fencewatch convert`` and
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -22,6 +20,7 @@ from detectors.lines import LongLine
 from detectors.parse_remote_log_metadata import RemoteLogMetadataStats, iter_remote_log_metadata
 from detectors.remote import COPY_FINISHED, COPY_STARTED, parse_event
 from fencewatch import cli
+from tests.unit.test_end_to_end_native import fencewatch as run_fencewatch
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SAMPLE = DATA / "native" / "remote-log-metadata.txt"
@@ -66,63 +65,57 @@ def one(line: str | bytes) -> Envelope | DeadLetter:
 # ---- the three forms ---------------------------------------------------------------------------
 
 
-def test_segment_metadata_becomes_a_remote_log_segment_metadata_record():
-    env = one(SEGMENT)
+SEGMENT_BODY = {
+    "type": "RemoteLogSegmentMetadataRecord",
+    "version": 0,
+    "data": {
+        "remoteLogSegmentId": {"topicIdPartition": TOPIC_ID_PARTITION, "id": SEGMENT_ID},
+        "startOffset": 412,
+        "endOffset": 900,
+        "brokerId": 3,
+        "maxTimestampMs": 1795169719302,
+        "eventTimestampMs": 1795169720000,
+        "segmentLeaderEpochs": [{"leaderEpoch": 0, "offset": 412}, {"leaderEpoch": 1, "offset": 530}],
+        "segmentSizeInBytes": 1047552,
+        "remoteLogSegmentState": COPY_STARTED,
+        "txnIndexEmpty": False,
+    },
+}
+UPDATE_BODY = {
+    "type": "RemoteLogSegmentMetadataUpdateRecord",
+    "version": 0,
+    "data": {
+        "remoteLogSegmentId": {"topicIdPartition": TOPIC_ID_PARTITION, "id": SEGMENT_ID},
+        "brokerId": 3,
+        "eventTimestampMs": 1795169721000,
+        "remoteLogSegmentState": COPY_FINISHED,
+    },
+}
+PARTITION_DELETE_BODY = {
+    "type": "RemotePartitionDeleteMetadataRecord",
+    "version": 0,
+    "data": {
+        "topicIdPartition": {"name": "payments", "id": "3zhK6Xx3rTABYmqrAfLrKg", "partition": 0},
+        "brokerId": 3000,
+        "eventTimestampMs": 1795169705000,
+        "remotePartitionDeleteState": 0,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("line", "body"),
+    [(SEGMENT, SEGMENT_BODY), (UPDATE, UPDATE_BODY), (PARTITION_DELETE, PARTITION_DELETE_BODY)],
+    ids=["segment", "update", "partition-delete"],
+)
+def test_each_form_becomes_its_record(line, body):
+    env = one(line)
 
     assert isinstance(env, Envelope)
     assert (env.cluster, env.node, env.kind, env.offset) == (CLUSTER, None, "remote_log_metadata", None)
-    assert env.ts_ms == 1795169720000  # eventTimestampMs
+    assert env.ts_ms == body["data"]["eventTimestampMs"]
     assert env.position == "rlm.txt:1"
-    assert env.body == {
-        "type": "RemoteLogSegmentMetadataRecord",
-        "version": 0,
-        "data": {
-            "remoteLogSegmentId": {"topicIdPartition": TOPIC_ID_PARTITION, "id": SEGMENT_ID},
-            "startOffset": 412,
-            "endOffset": 900,
-            "brokerId": 3,
-            "maxTimestampMs": 1795169719302,
-            "eventTimestampMs": 1795169720000,
-            "segmentLeaderEpochs": [{"leaderEpoch": 0, "offset": 412}, {"leaderEpoch": 1, "offset": 530}],
-            "segmentSizeInBytes": 1047552,
-            "remoteLogSegmentState": COPY_STARTED,
-            "txnIndexEmpty": False,
-        },
-    }
-
-
-def test_segment_update_becomes_a_remote_log_segment_metadata_update_record():
-    env = one(UPDATE)
-
-    assert isinstance(env, Envelope)
-    assert env.ts_ms == 1795169721000
-    assert env.body == {
-        "type": "RemoteLogSegmentMetadataUpdateRecord",
-        "version": 0,
-        "data": {
-            "remoteLogSegmentId": {"topicIdPartition": TOPIC_ID_PARTITION, "id": SEGMENT_ID},
-            "brokerId": 3,
-            "eventTimestampMs": 1795169721000,
-            "remoteLogSegmentState": COPY_FINISHED,
-        },
-    }
-
-
-def test_partition_delete_becomes_a_remote_partition_delete_metadata_record():
-    env = one(PARTITION_DELETE)
-
-    assert isinstance(env, Envelope)
-    assert env.ts_ms == 1795169705000
-    assert env.body == {
-        "type": "RemotePartitionDeleteMetadataRecord",
-        "version": 0,
-        "data": {
-            "topicIdPartition": {"name": "payments", "id": "3zhK6Xx3rTABYmqrAfLrKg", "partition": 0},
-            "brokerId": 3000,
-            "eventTimestampMs": 1795169705000,
-            "remotePartitionDeleteState": 0,
-        },
-    }
+    assert env.body == body
 
 
 def test_the_line_kafkas_own_formatter_test_expects_is_read():
@@ -398,16 +391,7 @@ def test_convert_refuses_node_for_remote_log_metadata(main, capsys):
 
 
 def fencewatch(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEWATCH_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "fencewatch", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_fencewatch(*args, cwd=cwd)
     assert done.returncode == 0, done.stderr
     return done
 

@@ -22,23 +22,12 @@ from detectors.buckets import buckets_of
 from detectors.envelope import envelope_from_obj
 from detectors.errors import KafkaError
 from producers import shapes as s
+from tests.unit.test_rules_isr_alter_partition import INELIGIBLE, alter_partition, make_ineligible
 
 NONE = KafkaError.NONE
 FENCED = KafkaError.FENCED_LEADER_EPOCH
 BROKER = 3
 OTHER_TOPIC_ID = "zZ8hUlWTTJ2eRb_bFvWRXg"
-
-# Ways a broker becomes ineligible for the ISR (KIP-841).
-INELIGIBLE = {
-    "fenced": lambda broker, epoch: s.broker_change(broker, epoch, fenced=1),
-    "controlled-shutdown": lambda broker, epoch: s.broker_change(broker, epoch, shutdown=True),
-    "unregistered": lambda broker, epoch: s.unregister_broker(broker, epoch),
-}
-INELIGIBLE_REASONS = {
-    "fenced": "fenced",
-    "controlled-shutdown": "in controlled shutdown",
-    "unregistered": "unregistered",
-}
 
 
 def completed(
@@ -116,13 +105,6 @@ def by_topic_id(body: dict[str, Any], topic_id: str, topics: str, responses: str
     return body
 
 
-def alter_partition(history: Any, ts_ms: int, **fields: Any) -> None:
-    """An AlterPartition from leader 1 for orders-0, logged by the controller."""
-    request: dict[str, Any] = {"broker_id": 1, "broker_epoch": 10, **fields}
-    body = s.alter_partition(history.topic, history.topic_id, 0, **request)
-    history.request(ts_ms, history.controller, body)
-
-
 def stop(topic: str, index: int, leader_epoch: int, error: int) -> dict[str, Any]:
     """A StopReplica from the controller of the LeaderAndIsr above (controller epoch 5)."""
     return s.stop_replica(topic, index, leader_epoch, error, controller_epoch=5)
@@ -198,6 +180,20 @@ def test_a_re_created_topic_name_resolves_to_the_topic_it_named_then(make_histor
     assert outcome.alerts[0].topic_id == history.topic_id
 
 
+@pytest.mark.parametrize("order", [pytest.param(None, id="in-order"), pytest.param([1, 0, 2], id="late")])
+def test_a_late_leader_and_isr_for_a_re_created_topics_old_id_does_not_re_point_its_name(make_history, order):
+    """Brokers' logs interleave: broker 2's LeaderAndIsr for the deleted ``orders``
+    may arrive after broker 3's for its re-creation. The name stays with the
+    newer id, so broker 3's StopReplica at the re-created topic's epoch is current."""
+    history = make_history(standard=False)
+    history.request(19_000, 2, leader_and_isr(history.topic_id, 1, 3))
+    history.request(20_000, BROKER, leader_and_isr(OTHER_TOPIC_ID, 1, 0))
+    history.request(25_000, BROKER, stop("orders", 0, 0, NONE))
+    outcome = history.run(order)
+    assert outcome.keys == []
+    assert outcome.view.resolve_topic("orders", None) == OTHER_TOPIC_ID
+
+
 def test_the_metadata_log_stays_authoritative_where_it_is_shipped(cluster):
     """A LeaderAndIsr claiming a newer epoch moves neither the epochs nor the names
     of a view replayed from the metadata log."""
@@ -263,55 +259,58 @@ def test_update_metadata_reaches_every_bucket():
 
 # ---- (c) AlterPartition accepted with any ineligible member of the proposed ISR -------------
 
+# How broker 3 (registered at broker epoch 12) stops being eligible, and the reason an alert gives.
+STALE_EPOCH = "stale-broker-epoch"
+REASONS = {
+    "fenced": "fenced",
+    "controlled-shutdown": "in controlled shutdown",
+    "unregistered": "unregistered",
+    STALE_EPOCH: "stale broker epoch 12, registered 20",
+}
+
+
+def make_member_ineligible(history: Any, how: str) -> None:
+    """Broker 3 becomes ineligible at 5000 ms; ``STALE_EPOCH``: it restarts at
+    broker epoch 20 (KIP-903), so a proposal naming it at 12 is stale."""
+    if how == STALE_EPOCH:
+        history.metadata(5000, s.register_broker(3, 20, fenced=False))
+    else:
+        make_ineligible(history, 5000, 3, how)
+
+
+def propose(history: Any, ts_ms: int = 9000, **fields: Any) -> None:
+    """Leader 1's AlterPartition at leader and partition epoch 0 proposing ISR
+    [1, 3], answered NONE with partition epoch 1, unless ``fields`` say otherwise."""
+    proposal = {
+        "leader_epoch": 0,
+        "partition_epoch": 0,
+        "new_isr": [1, 3],
+        "error": NONE,
+        "result_partition_epoch": 1,
+    }
+    alter_partition(history, ts_ms, **(proposal | fields))
+
 
 @pytest.mark.violation("ISR_INELIGIBLE_REPLICA_ADMITTED")
-@pytest.mark.parametrize("version", [1, 3])
-@pytest.mark.parametrize("how", sorted(INELIGIBLE))
+@pytest.mark.parametrize(
+    ("how", "version"),
+    [(how, version) for how in sorted(INELIGIBLE) for version in (1, 3)] + [(STALE_EPOCH, 3)],
+)
 def test_alter_partition_keeping_an_ineligible_member_accepted_is_flagged(cluster, how, version):
     """Broker 3 stays in the ISR the leader proposes (it drops 2): the change
     record adds nobody, yet the controller should have refused the request."""
-    cluster.metadata(5000, INELIGIBLE[how](3, 12))
+    make_member_ineligible(cluster, how)
     cluster.change(9000, isr=[1, 3])  # partition epoch 1
-    alter_partition(
-        cluster,
-        9000,
-        leader_epoch=0,
-        partition_epoch=0,
-        new_isr=[1, 3],
-        isr_epochs={1: 10, 3: 12},
-        error=NONE,
-        result_partition_epoch=1,
-        version=version,
-    )
+    propose(cluster, isr_epochs={1: 10, 3: 12}, version=version)
     outcome = cluster.run()
     assert outcome.keys == [("ISR_INELIGIBLE_REPLICA_ADMITTED", 3, 9000, 0, "orders")]
     alert = outcome.alerts[0]
     assert alert.severity == "critical"
     assert alert.message == (
         f"controller {cluster.controller} accepted an AlterPartition for orders-0 although its new "
-        f"ISR holds replica 3 ({INELIGIBLE_REASONS[how]})"
+        f"ISR holds replica 3 ({REASONS[how]})"
     )
     assert [(e.role, e.ts_ms) for e in alert.evidence] == [("view", 5000), ("violation", 9000)]
-
-
-@pytest.mark.violation("ISR_INELIGIBLE_REPLICA_ADMITTED")
-def test_alter_partition_keeping_a_member_at_a_stale_broker_epoch_accepted_is_flagged(cluster):
-    """KIP-903: broker 3 restarted (epoch 12 -> 20); the proposed ISR keeps it at 12."""
-    cluster.metadata(5000, s.register_broker(3, 20, fenced=False))
-    cluster.change(9000, isr=[1, 3])
-    alter_partition(
-        cluster,
-        9000,
-        leader_epoch=0,
-        partition_epoch=0,
-        new_isr=[1, 3],
-        isr_epochs={1: 10, 3: 12},
-        error=NONE,
-        result_partition_epoch=1,
-    )
-    outcome = cluster.run()
-    assert outcome.keys == [("ISR_INELIGIBLE_REPLICA_ADMITTED", 3, 9000, 0, "orders")]
-    assert "(stale broker epoch 12, registered 20)" in outcome.alerts[0].message
 
 
 @pytest.mark.violation("ISR_INELIGIBLE_REPLICA_ADMITTED")
@@ -320,17 +319,9 @@ def test_a_fenced_replica_added_by_an_accepted_alter_partition_is_one_alert(clus
     is judged on the metadata log; the answer names the same replica and
     partition epoch: one violation, one alert (the first raised)."""
     cluster.change(3000, isr=[1, 2])  # partition epoch 1
-    cluster.metadata(5000, s.broker_change(3, 12, fenced=1))
+    make_ineligible(cluster, 5000, 3, "fenced")
     cluster.change(9000, isr=[1, 2, 3])  # partition epoch 2
-    alter_partition(
-        cluster,
-        9100,
-        leader_epoch=0,
-        partition_epoch=1,
-        new_isr=[1, 2, 3],
-        error=NONE,
-        result_partition_epoch=2,
-    )
+    propose(cluster, 9100, partition_epoch=1, new_isr=[1, 2, 3], result_partition_epoch=2)
     outcome = cluster.run()
     assert outcome.keys == [("ISR_INELIGIBLE_REPLICA_ADMITTED", 3, 9000, 0, "orders")]
     assert outcome.alerts[0].evidence[-1].kind == "metadata"
@@ -345,10 +336,8 @@ def test_a_fenced_replica_added_by_an_accepted_alter_partition_is_one_alert(clus
     ],
 )
 def test_alter_partition_with_an_ineligible_member_rejected_is_fencing_working(cluster, version, error):
-    cluster.metadata(5000, s.broker_change(3, 12, fenced=1))
-    alter_partition(
-        cluster, 9000, leader_epoch=0, partition_epoch=0, new_isr=[1, 3], error=error, version=version
-    )
+    make_ineligible(cluster, 5000, 3, "fenced")
+    propose(cluster, error=error, result_partition_epoch=-1, version=version)
     assert cluster.keys() == []
 
 
@@ -364,12 +353,10 @@ def test_member_eligible_at_some_moment_of_the_grace_window_is_not_a_violation(
 ):
     """The controller checked its registrations before it logged the completed
     request, and clocks differ: any eligible moment of the window clears it."""
-    cluster.metadata(fenced_ms, s.broker_change(3, 12, fenced=1))
+    make_ineligible(cluster, fenced_ms, 3, "fenced")
     if unfenced_ms is not None:
         cluster.metadata(unfenced_ms, s.broker_change(3, 12, fenced=-1))
-    alter_partition(
-        cluster, 9000, leader_epoch=0, partition_epoch=0, new_isr=[1, 3], error=NONE, result_partition_epoch=1
-    )
+    propose(cluster)
     assert cluster.keys() == []
 
 
@@ -378,25 +365,22 @@ def test_fenced_last_isr_member_kept_by_the_controller_then_back_is_not_a_violat
     member; once unfenced it leads again and its AlterPartition re-expanding the
     ISR is accepted rightly."""
     cluster.change(3000, leader=3, isr=[3])  # leader epoch 1, partition epoch 1
-    cluster.metadata(5000, s.broker_change(3, 12, fenced=1))
+    make_ineligible(cluster, 5000, 3, "fenced")
     cluster.change(5100, leader=-1)  # leader epoch 2, partition epoch 2; ISR stays [3]
     cluster.metadata(8000, s.broker_change(3, 12, fenced=-1))
     cluster.change(8100, leader=3)  # leader epoch 3, partition epoch 3
     cluster.change(12_000, isr=[3, 1])  # partition epoch 4
-    body = s.alter_partition(
-        cluster.topic,
-        cluster.topic_id,
-        0,
+    propose(
+        cluster,
+        12_000,
         broker_id=3,
         broker_epoch=12,
         leader_epoch=3,
         partition_epoch=3,
         new_isr=[3, 1],
         isr_epochs={3: 12, 1: 10},
-        error=NONE,
         result_partition_epoch=4,
     )
-    cluster.request(12_000, cluster.controller, body)
     assert cluster.keys() == []
 
 
@@ -411,23 +395,12 @@ def test_member_broker_epoch_not_judged_or_replaced_within_grace_is_not_a_violat
     cluster, registered_ms, epoch
 ):
     cluster.metadata(registered_ms, s.register_broker(3, 20, fenced=False))
-    alter_partition(
-        cluster,
-        9000,
-        leader_epoch=0,
-        partition_epoch=0,
-        new_isr=[1, 3],
-        isr_epochs={1: 10, 3: epoch},
-        error=NONE,
-        result_partition_epoch=1,
-    )
+    propose(cluster, isr_epochs={1: 10, 3: epoch})
     assert cluster.keys() == []
 
 
 def test_member_never_registered_is_unverified(cluster):
-    alter_partition(
-        cluster, 9000, leader_epoch=0, partition_epoch=0, new_isr=[1, 7], error=NONE, result_partition_epoch=1
-    )
+    propose(cluster, new_isr=[1, 7])
     outcome = cluster.run()
     assert outcome.keys == []
     assert outcome.counters.unverified["ISR member never registered in the view"] == 1
@@ -461,16 +434,8 @@ def test_produce_by_topic_id_names_the_topic_in_its_message(cluster):
 
 @pytest.mark.violation("ALTER_PARTITION_ERROR_VERSION_MISMATCH")
 def test_alter_partition_by_topic_id_names_the_topic_in_its_message(cluster):
-    cluster.metadata(5000, s.broker_change(3, 12, fenced=1))
-    alter_partition(
-        cluster,
-        9000,
-        leader_epoch=0,
-        partition_epoch=0,
-        new_isr=[1, 3],
-        error=KafkaError.OPERATION_NOT_ATTEMPTED,
-        version=2,
-    )
+    make_ineligible(cluster, 5000, 3, "fenced")
+    propose(cluster, error=KafkaError.OPERATION_NOT_ATTEMPTED, result_partition_epoch=-1, version=2)
     outcome = cluster.run()
     assert outcome.keys == [("ALTER_PARTITION_ERROR_VERSION_MISMATCH", cluster.controller, 9000, 0, "orders")]
     assert outcome.alerts[0].message.endswith(" for orders-0")

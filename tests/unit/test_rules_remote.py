@@ -174,12 +174,21 @@ def test_any_broker_deleting_segments_of_a_deleted_partition_is_cleanup(cluster)
     assert outcome.keys == [] and outcome.dead_letters == []
 
 
+def test_a_partition_marked_deleted_within_grace_after_the_request_covers_it(cluster):
+    # The mark's and the deleting broker's clocks differ: grace_ms (2000) covers the skew.
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 3000, "seg-1", 2, DELETE_STARTED)
+    update(cluster, 3100, "seg-1", 2, DELETE_FINISHED)
+    cluster.remote(4900, s.remote_partition_delete(cluster.topic_id, 0, broker_id=3000, state=0))
+    assert cluster.keys() == []
+
+
 @pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_DELETE")
 def test_deletion_requested_before_the_partition_was_marked_deleted_is_still_judged(cluster):
     uploaded(cluster, 2000, "seg-1", 1, {0: 100})
     update(cluster, 3000, "seg-1", 2, DELETE_STARTED)
     update(cluster, 3100, "seg-1", 2, DELETE_FINISHED)
-    cluster.remote(3200, s.remote_partition_delete(cluster.topic_id, 0, broker_id=3000, state=0))
+    cluster.remote(5100, s.remote_partition_delete(cluster.topic_id, 0, broker_id=3000, state=0))
     assert cluster.keys() == [("REMOTE_SEGMENT_ZOMBIE_DELETE", 2, 3100, 0, "orders")]
 
 

@@ -104,6 +104,23 @@ def mismatches(table: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     return {rule: row for rule, row in table.items() if row["fp"] or row["fn"]}
 
 
+def assert_detected_exactly(sim: Simulator, run: Run) -> dict[str, dict[str, int]]:
+    """Every fault ``sim`` injected was detected by its rule, nothing else was
+    raised, and no event was dead-lettered; returns the confusion table."""
+    assert run.dead_letters == []
+    assert sim.truth, "no fault injected: the history is too short for the fault rate"
+    table = run.confusion(sim.truth)
+    assert mismatches(table) == {}, explain(run, sim.truth)
+    assert sum(row["tp"] for row in table.values()) == len(sim.truth)
+    return table
+
+
+def assert_rule_alone_detected_exactly(rule: str, sim: Simulator, run: Run) -> None:
+    """``sim`` injected ``rule`` only, and ``run`` raised exactly what it injected."""
+    assert set(sim.injected) == {rule}, f"{rule} was never injected, or not alone"
+    assert set(assert_detected_exactly(sim, run)) == {rule}
+
+
 def explain(run: Run, truth: list[dict[str, object]]) -> str:
     """The false alarms and the missed faults, for an assertion message."""
     injected = Counter(match_key(t) for t in truth)
@@ -143,12 +160,7 @@ def test_every_rule_has_a_fault_injector():
 @given(seed=seeds, events=st.integers(20_000, 30_000), fault_rate=st.floats(0.005, 0.02))
 def test_every_injected_fault_is_detected_and_nothing_else(seed, events, fault_rate):
     sim = simulate(seed, fault_rate, warmup_ms=WARMUP_MS)
-    run = detect(envelopes(sim, events))
-    assert run.dead_letters == []
-    assert sim.truth, "no fault injected: the history is too short for the fault rate"
-    table = run.confusion(sim.truth)
-    assert mismatches(table) == {}, explain(run, sim.truth)
-    assert sum(row["tp"] for row in table.values()) == len(sim.truth)
+    assert_detected_exactly(sim, detect(envelopes(sim, events)))
 
 
 @pytest.mark.parametrize("rule", FAULT_RULES)
@@ -159,14 +171,7 @@ def test_each_rule_alone_is_injected_and_detected_exactly(rule, seed):
     # elections for seconds, so those get 9 s.
     events = 24_000 if rule.startswith("QUORUM_") else 16_000
     sim = simulate(seed, fault_rate=0.01, faults=(rule,), warmup_ms=WARMUP_MS)
-    run = detect(envelopes(sim, events))
-    assert sim.injected.get(rule, 0) >= 1, f"{rule} was never injected"
-    assert set(sim.injected) == {rule}
-    assert run.dead_letters == []
-    table = run.confusion(sim.truth)
-    assert mismatches(table) == {}, explain(run, sim.truth)
-    assert set(table) == {rule}
-    assert table[rule]["tp"] == len(sim.truth)
+    assert_rule_alone_detected_exactly(rule, sim, detect(envelopes(sim, events)))
 
 
 # ---- c. arrival order within lateness_ms changes nothing -----------------------------------------

@@ -40,13 +40,13 @@ from tests.unit.test_simulated_histories import (
     FAULT_RULES,
     WARMUP_MS,
     Run,
+    assert_detected_exactly,
+    assert_rule_alone_detected_exactly,
     assert_same_alerts,
     delayed_arrival,
     detect,
     envelopes,
     examples,
-    explain,
-    mismatches,
     seeds,
 )
 
@@ -142,12 +142,7 @@ def test_every_fault_injected_in_native_forms_is_detected_and_nothing_else(seed,
     sim = simulate(seed, fault_rate)
     history = envelopes(sim, events)
     assert_native(history)
-    run = detect(history)
-    assert run.dead_letters == []
-    assert sim.truth, "no fault injected: the history is too short for the fault rate"
-    table = run.confusion(sim.truth)
-    assert mismatches(table) == {}, explain(run, sim.truth)
-    assert sum(row["tp"] for row in table.values()) == len(sim.truth)
+    assert_detected_exactly(sim, detect(history))
 
 
 @pytest.mark.parametrize("rule", NATIVE_RULES)
@@ -156,13 +151,7 @@ def test_every_fault_injected_in_native_forms_is_detected_and_nothing_else(seed,
 def test_each_quorum_and_remote_rule_alone_is_detected_exactly_in_native_forms(rule, seed):
     events = 24_000 if rule.startswith("QUORUM_") else 16_000
     sim = simulate(seed, 0.01, faults=(rule,))
-    run = detect(envelopes(sim, events))
-    assert set(sim.injected) == {rule}
-    assert run.dead_letters == []
-    table = run.confusion(sim.truth)
-    assert mismatches(table) == {}, explain(run, sim.truth)
-    assert set(table) == {rule}
-    assert table[rule]["tp"] == len(sim.truth)
+    assert_rule_alone_detected_exactly(rule, sim, detect(envelopes(sim, events)))
 
 
 def same_alerts(envelope_path: Run, native_path: Run) -> None:
