@@ -18,7 +18,8 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed system-deps
 	$(BIN)/python -m pytest -q
 
-# Java for Spark; Prometheus and Alertmanager for the observability tests.
+# Java for Spark; Prometheus and Alertmanager for the observability tests; Chromium
+# and chromedriver for the incident report's browser test.
 system-deps:
 	@bash .ci/system-deps
 

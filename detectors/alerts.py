@@ -10,6 +10,10 @@ from detectors.envelope import Envelope
 from detectors.pickling import fast_pickle
 
 SEVERITIES = ("critical", "warning", "info")
+# A violation fires; a timer rule's alert also resolves when the violation ends
+# (the same series, another alert id). A resolution is not a violation.
+FIRING, RESOLVED = "firing", "resolved"
+STATUSES = (FIRING, RESOLVED)
 
 
 @fast_pickle

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from detectors.alerts import Alert, Evidence, make_alert_id
+from detectors.alerts import FIRING, Alert, Evidence, make_alert_id
 from detectors.buckets import WHOLE, Bucket
 from detectors.config import DetectorConfig
 from detectors.envelope import Envelope
@@ -16,6 +16,7 @@ from detectors.history import History
 from detectors.quorum import QuorumView
 from detectors.remote import RemoteView
 from detectors.rules.base import Rule
+from detectors.stats import UnverifiedReason
 from detectors.view import ClusterView, PartitionKey, PartitionState
 
 # Alert ids remembered to suppress a second report of the same violation (the
@@ -29,7 +30,7 @@ class Counters:
     """What happened to the events, for the summary and for metrics."""
 
     events: dict[str, int] = field(default_factory=dict)
-    unverified: dict[str, int] = field(default_factory=dict)
+    unverified: dict[str, int] = field(default_factory=dict)  # by UnverifiedReason value
     duplicates: int = 0
     late: int = 0
     dead_letters: dict[str, int] = field(default_factory=dict)  # by DeadLetterClass value
@@ -38,10 +39,13 @@ class Counters:
     def bump(self, table: dict[Any, int], key: Any) -> None:
         table[key] = table.get(key, 0) + 1
 
-    def alerts_by_rule(self) -> dict[str, int]:
+    def alerts_by_rule(self, status: str = FIRING) -> dict[str, int]:
+        """Alerts of one status per rule: ``firing`` counts violations,
+        ``resolved`` the timer alerts that ended."""
         by_rule: dict[str, int] = {}
-        for (rule, _, _), n in self.alerts.items():
-            by_rule[rule] = by_rule.get(rule, 0) + n
+        for (rule, _, alert_status), n in self.alerts.items():
+            if alert_status == status:
+                by_rule[rule] = by_rule.get(rule, 0) + n
         return by_rule
 
 
@@ -75,7 +79,10 @@ class ClusterState:
         return f"{name}-{key[1]}"
 
     def unverified(self, reason: str) -> None:
-        self.counters.bump(self.counters.unverified, reason)
+        """Count an event that cannot be judged; ``reason`` is an
+        :class:`UnverifiedReason`, kept as its plain string value (counters are
+        pickled with the detector and exported as metric labels)."""
+        self.counters.bump(self.counters.unverified, str(reason))
 
     def partition_window(
         self, topic: str | None, topic_id: str | None, index: int, ts_ms: int
@@ -85,12 +92,12 @@ class ClusterState:
         key = self.view.resolve_topic(topic, topic_id, ts_ms)
         history = self.view.partition((key, index)) if key else None
         if history is None:
-            self.unverified("unknown partition")
+            self.unverified(UnverifiedReason.UNKNOWN_PARTITION)
             return None
         grace = self.config.grace_ms
         states = history.window(ts_ms - grace, ts_ms + grace)
         if not states:
-            self.unverified("partition created after the event")
+            self.unverified(UnverifiedReason.PARTITION_CREATED_AFTER)
             return None
         assert key is not None
         return (key, index), states
@@ -105,7 +112,7 @@ class ClusterState:
         identity: Iterable[object],
         evidence: Iterable[Evidence] = (),
         partition_key: PartitionKey | None = None,
-        status: str = "firing",
+        status: str = FIRING,
         severity: str | None = None,
         ts_ms: int | None = None,
         violation_summary: str | None = None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from detectors.envelope import DeadLetter, DeadLetterClass
 
@@ -129,6 +129,59 @@ def read_lines(
             if on_bytes is not None:
                 on_bytes(len(rest))
             complete = not rest or rest.endswith(b"\n")
+
+
+class Peekable(Protocol):
+    """A buffered binary stream (a file opened ``rb``, ``sys.stdin.buffer``)."""
+
+    def read1(self, size: int, /) -> bytes: ...
+
+    def fileno(self) -> int: ...
+
+
+class _Replayed(io.RawIOBase):
+    """A stream's first bytes, already read, then the rest of the stream."""
+
+    def __init__(self, head: bytes, rest: Peekable):
+        self._head = memoryview(head)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read1(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def fileno(self) -> int:
+        return self._rest.fileno()  # for os.fstat: the modification time of a quorum-state file
+
+    def close(self) -> None:
+        # The rest is the caller's to close (it may be stdin).
+        self._head = memoryview(b"")
+        super().close()
+
+
+def peek_lines(stream: Peekable, max_lines: int, max_bytes: int) -> tuple[list[bytes], io.BufferedReader]:
+    """The first lines of ``stream`` (at most ``max_lines``, from at most
+    ``max_bytes``; the last may be cut off), and a stream that reads
+    ``stream`` from its start again, a pipe included.
+
+    The returned stream does not close ``stream``."""
+    head = b""
+    while len(head) < max_bytes and head.count(b"\n") < max_lines:
+        chunk = stream.read1(max_bytes - len(head))
+        if not chunk:
+            break
+        head += chunk
+    lines = head.splitlines(keepends=True)[:max_lines]
+    return lines, io.BufferedReader(_Replayed(head, stream), buffer_size=_SKIP_CHUNK_BYTES)
 
 
 def bounded_lines(lines: Iterable[bytes | str | LongLine], limit: int) -> Iterable[bytes | str | LongLine]:

@@ -79,6 +79,16 @@ _PAYLOAD = re.compile(r" payload: ")
 _BATCH = re.compile(r"baseOffset: (-?\d+) lastOffset: (-?\d+) ")
 _LEGACY_BATCH = re.compile(r"offset: (-?\d+) position: ")
 _PAIR = re.compile(r"(\w+): (\S+)")
+# Lines DumpLogSegments prints around the records: a file, a log or snapshot
+# start, a batch (legacy batches: _LEGACY_BATCH).
+_HEADERS = (
+    "Dumping ",
+    "Snapshot end offset:",
+    "KRaft bootstrap snapshot",
+    "Log starting offset:",
+    "Starting offset:",
+    "baseOffset: ",
+)
 _TS_TYPES = ("CreateTime", "LogAppendTime")
 # How DumpLogSegments prints each control record, mapped to ControlRecordType names.
 _CONTROL = re.compile(
@@ -103,6 +113,9 @@ class MetadataDumpStats:
     limit (``records`` or ``dead_letters``), a control record (``control_records_by_type``, keyed by
     Kafka's ControlRecordType name), or another line (headers, batch lines,
     blanks), so ``lines == records + dead_letters + control_records + other_lines``.
+    Of the other lines, ``blank_lines`` are blank and ``unrecognised_lines``
+    are none of the tool's headers (:func:`is_dump_line`): text that is not
+    kafka-dump-log.sh output, or a line of it fencewatch does not know.
     """
 
     lines: int = 0
@@ -110,6 +123,13 @@ class MetadataDumpStats:
     dead_letters: int = 0
     control_records_by_type: dict[str, int] = field(default_factory=dict)
     other_lines: int = 0
+    blank_lines: int = 0
+    unrecognised_lines: int = 0
+
+    @property
+    def header_lines(self) -> int:
+        """The tool's header and batch lines."""
+        return self.other_lines - self.blank_lines - self.unrecognised_lines
 
     @property
     def control_records(self) -> int:
@@ -147,6 +167,20 @@ class _Line:
     payload: str | None
     control: str | None  # ControlRecordType name, None if no control marker
     control_json: str | None = None  # what follows a named control marker; None after ``controlType:``
+
+
+def _is_record_line(text: str) -> bool:
+    return text.startswith("|") or _PAYLOAD_ONLY.match(text) is not None
+
+
+def _is_header(text: str) -> bool:
+    return text.startswith(_HEADERS) or _LEGACY_BATCH.match(text) is not None
+
+
+def is_dump_line(text: str) -> bool:
+    """Whether a decoded line is one kafka-dump-log.sh prints: a record line
+    (``| offset: ...``, ``payload: ...``) or a header (file, log start, batch)."""
+    return _RECORD.match(text) is not None or _PAYLOAD_ONLY.match(text) is not None or _is_header(text)
 
 
 def _check_identity(cluster: str, node: int | None) -> None:
@@ -202,7 +236,7 @@ def _parse(
         line, long = within_limit(raw, limit)
         text, utf8_error = decode_line(line) if long is None else (long.text(), None)
         position = f"{source}:{number}"
-        is_record = text.startswith("|") or _PAYLOAD_ONLY.match(text) is not None
+        is_record = _is_record_line(text)
         if long is not None:
             # Only its start is known, which cannot prove it is no record: it is
             # reported, never skipped as a header line might be.
@@ -213,6 +247,10 @@ def _parse(
             continue
         if not is_record:
             counts.other_lines += 1
+            if not text.strip():
+                counts.blank_lines += 1
+            elif utf8_error is not None or not _is_header(text):
+                counts.unrecognised_lines += 1
             if utf8_error is None:
                 section = _other_line(text, section)
             continue

@@ -57,6 +57,12 @@ class QuorumStateStats:
     records_by_version: dict[int, int] = field(default_factory=dict)
 
 
+def is_quorum_state_object(obj: dict[str, Any]) -> bool:
+    """Whether a JSON object has the shape FileQuorumStateStore writes (its
+    ``data_version`` and ``leaderEpoch``), valid or not."""
+    return DATA_VERSION in obj and "leaderEpoch" in obj
+
+
 def _int(obj: dict[str, Any], key: str, path: object, bounds: tuple[int, int]) -> int:
     # Not fields.get_int: these bounds are Kafka's meaning (epochs from 0, -1 for
     # "none"), not a type width, and the reason says which.

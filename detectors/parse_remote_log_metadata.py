@@ -113,6 +113,11 @@ class RemoteLogMetadataStats:
         return sum(self.records_by_type.values())
 
 
+def is_formatter_line(text: str) -> bool:
+    """Whether a decoded line has the formatter's shape (``partition: P, offset: O, value: ...``)."""
+    return _LINE.fullmatch(text) is not None
+
+
 def iter_remote_log_metadata(
     stream: Iterable[bytes | str | LongLine],
     *,

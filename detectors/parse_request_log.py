@@ -10,6 +10,8 @@ An entry may be wrapped over several physical lines; it ends once the text ends
 with `` (kafka.request.logger)``, or, for a broken entry, when the next log entry
 (a line starting with ``[timestamp]``) or the end of input arrives. Entries of
 other loggers are skipped and counted, never dead-lettered: they are not ours.
+So are blank lines, and text before the first log4j entry, counted apart as
+unrecognised: a file that is all of it is no log (``detectors.file_kinds``).
 
 An entry whose JSON grows past the record size limit, and any line longer than
 the limit, becomes a ``too_large`` dead letter as soon as the limit is passed;
@@ -59,17 +61,35 @@ class RequestLogStats:
 
     Every physical line lands in exactly one of ``record_lines`` (part of a
     request entry, which became one envelope or one dead letter, or a line
-    over the size limit, which became a dead letter) and
-    ``other_logger_lines`` (other loggers' entries, their continuation lines
-    such as stack traces, and blank lines), so
-    ``lines == record_lines + other_logger_lines``.
+    over the size limit, which became a dead letter), ``other_logger_lines``
+    (other loggers' entries and the lines that follow an entry without
+    starting one, such as stack traces), ``blank_lines`` (outside request
+    entries) and ``unrecognised_lines`` (text before the input's first log4j
+    entry: not a log line at all), so
+    ``lines == record_lines + other_logger_lines + blank_lines + unrecognised_lines``.
+    ``continuation_lines`` counts the record lines after each entry's first
+    (an entry wrapped over several lines, or the skipped rest of one too large),
+    so ``record_lines == records + dead_letters + continuation_lines``.
     """
 
     lines: int = 0
     records: int = 0
     dead_letters: int = 0
     record_lines: int = 0
+    continuation_lines: int = 0
     other_logger_lines: int = 0
+    blank_lines: int = 0
+    unrecognised_lines: int = 0
+
+    @property
+    def skipped_lines(self) -> int:
+        """Lines that belong to no request entry."""
+        return self.other_logger_lines + self.blank_lines + self.unrecognised_lines
+
+    @property
+    def finished_lines(self) -> int:
+        """Lines whose fate is settled: all but those of an entry still being read."""
+        return self.record_lines + self.skipped_lines
 
 
 @dataclass
@@ -111,6 +131,16 @@ class _Pending:
         except UnicodeDecodeError as exc:
             where = f"byte {exc.start + 1} after '{COMPLETED_MARKER}'"
             return "", f"invalid UTF-8 byte 0x{self.body[exc.start]:02x} at {where}"
+
+
+def is_request_entry(text: str) -> bool:
+    """Whether a decoded line starts a request-logger entry (``Completed request:``)."""
+    return _RECORD_START.match(text) is not None
+
+
+def is_log_entry(text: str) -> bool:
+    """Whether a decoded line starts a log4j entry of any logger (``[yyyy-MM-dd HH:mm:ss``)."""
+    return _ENTRY_START.match(text) is not None
 
 
 def _as_bytes(raw: bytes | str) -> bytes:
@@ -212,9 +242,13 @@ def _parse(
     # entry's end. None when not skipping, else the tail of what was skipped.
     skipped_tail: str | None = None
 
+    # Whether a log4j entry has started yet: lines before the first are no log's.
+    seen_entry = False
+
     def finish(entry: _Pending, ended_by: str) -> Envelope | DeadLetter:
         nonlocal seq
         counts.record_lines += entry.lines
+        counts.continuation_lines += entry.lines - 1
         item = _build(entry, ended_by, clock, source, cluster, node, seq)
         if isinstance(item, Envelope):
             counts.records += 1
@@ -225,6 +259,7 @@ def _parse(
 
     def too_large(entry: _Pending, last_line: int) -> DeadLetter:
         counts.record_lines += entry.lines
+        counts.continuation_lines += entry.lines - 1
         counts.dead_letters += 1
         what = f"the request entry of lines {entry.line_number}-{last_line}"
         reason = f"{too_large_reason(what, limit)}; only its start is kept, the rest is skipped"
@@ -240,11 +275,13 @@ def _parse(
             text = text.removeprefix("\ufeff")
         start = _RECORD_START.match(text)
         entry_starts = start is not None or _ENTRY_START.match(text) is not None
+        seen_entry = seen_entry or entry_starts
         if pending is not None and entry_starts:
             yield finish(pending, f"the next log entry starts at line {number}")
             pending = None
         if skipped_tail is not None and not entry_starts:
             counts.record_lines += 1
+            counts.continuation_lines += 1
             # An over-long line's end is unknown: keep skipping until the next entry.
             skipped_tail = "" if long is not None else (skipped_tail + text)[-_TAIL_CHARS:]
             if skipped_tail.rstrip().endswith(REQUEST_LOGGER_SUFFIX):
@@ -258,6 +295,7 @@ def _parse(
                 yield too_large(pending, number)
                 pending = None
                 counts.record_lines += 1
+                counts.continuation_lines += 1
                 skipped_tail = ""
                 continue
             counts.record_lines += 1
@@ -267,7 +305,12 @@ def _parse(
             continue
         if pending is None:
             if start is None:
-                counts.other_logger_lines += 1
+                if not text.strip():
+                    counts.blank_lines += 1
+                elif seen_entry:
+                    counts.other_logger_lines += 1
+                else:
+                    counts.unrecognised_lines += 1
                 continue
             pending = _Pending(number, start.group(1))
             part = _as_bytes(line)

@@ -5,12 +5,90 @@ reason classes), so metrics built on them have bounded cardinality."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from detectors.envelope import DeadLetterClass
 
 # The ``reason`` label values of the dead-letter metric; each dead letter carries its class.
 DEAD_LETTER_CLASSES = tuple(c.value for c in DeadLetterClass)
+
+
+class UnverifiedReason(StrEnum):
+    """Why an event could not be judged: the key it is counted under (in the
+    summaries, the checkpointed counters and the ``reason`` label of
+    ``fencewatch_unverified_events_total``). Values never change: checkpoints
+    and dashboards hold them."""
+
+    UNKNOWN_PARTITION = "unknown partition"
+    PARTITION_CREATED_AFTER = "partition created after the event"
+    NO_RESPONSE_ENTRY = "partition has no response entry"
+    UNKNOWN_BROKER = "unknown broker"
+    ISR_MEMBER_UNREGISTERED = "ISR member never registered in the view"
+    LEADER_UNREGISTERED = "leader never registered in the view"
+    REMOTE_SEGMENT_NOT_SEEN = "update for a remote segment not seen"
+    BROKER_CHANGE_BEFORE_REGISTRATION = "broker change before its registration"
+    TOPIC_REMOVAL_NOT_SEEN = "topic removal for a topic not seen"
+    PARTITION_CHANGE_BEFORE_RECORD = "partition change before its partition record"
+    PARTITION_BEFORE_TOPIC = "partition record before its topic record"
+    TOO_LATE = "too late: its grace window had closed when it arrived"
+
+
+# Most gaps are a view that starts after the records it needed.
+_FROM_THE_START = (
+    "ship the cluster's metadata log from its start (`fencewatch ship metadata-dump`) or a snapshot"
+)
+
+# What each reason means and what to ship (or set) so it does not happen: one
+# line each, printed beside the count in every summary.
+UNVERIFIED_EXPLANATIONS: dict[UnverifiedReason, str] = {
+    UnverifiedReason.UNKNOWN_PARTITION: (
+        f"no metadata record for this partition before the request: {_FROM_THE_START}"
+    ),
+    UnverifiedReason.PARTITION_CREATED_AFTER: (
+        "the request is older than its partition's first metadata record by more than the grace "
+        "window: ship a metadata snapshot taken before the requests, or align the clocks of brokers "
+        "and controllers (or raise --grace-ms / FENCEWATCH_GRACE_MS)"
+    ),
+    UnverifiedReason.NO_RESPONSE_ENTRY: (
+        "the request log line has no answer for this partition, so its outcome is unknown: ship "
+        "whole `kafka.request.logger` DEBUG lines (`fencewatch ship request-log`)"
+    ),
+    UnverifiedReason.UNKNOWN_BROKER: f"no registration of the AlterPartition's sender: {_FROM_THE_START}",
+    UnverifiedReason.ISR_MEMBER_UNREGISTERED: f"no registration of a replica in the ISR: {_FROM_THE_START}",
+    UnverifiedReason.LEADER_UNREGISTERED: f"no registration of the elected leader: {_FROM_THE_START}",
+    UnverifiedReason.REMOTE_SEGMENT_NOT_SEEN: (
+        "a remote segment's state changed before its COPY_SEGMENT_STARTED record was seen: ship "
+        "__remote_log_metadata from its beginning (`fencewatch ship remote-log-metadata` fed by "
+        "kafka-console-consumer.sh --from-beginning)"
+    ),
+    UnverifiedReason.BROKER_CHANGE_BEFORE_REGISTRATION: (
+        f"a broker's fencing or shutdown record came before its registration: {_FROM_THE_START}"
+    ),
+    UnverifiedReason.TOPIC_REMOVAL_NOT_SEEN: (
+        f"a topic the view never saw created was removed: {_FROM_THE_START}"
+    ),
+    UnverifiedReason.PARTITION_CHANGE_BEFORE_RECORD: (
+        f"a partition changed before its PARTITION_RECORD, so its epochs are unknown: {_FROM_THE_START}"
+    ),
+    UnverifiedReason.PARTITION_BEFORE_TOPIC: (
+        f"a partition's record came before its topic's: {_FROM_THE_START}"
+    ),
+    UnverifiedReason.TOO_LATE: (
+        "the event arrived after the verdicts of its time were made: raise --lateness-ms "
+        "(FENCEWATCH_LATENESS_MS) to the shippers' worst delay, or ship with less delay"
+    ),
+}
+
+
+def explain_unverified(key: str) -> str:
+    """The one-line explanation of an unverified reason key; for a key this
+    release does not know (a counter restored from another release's
+    checkpoint), a line that says so."""
+    try:
+        return UNVERIFIED_EXPLANATIONS[UnverifiedReason(key)]
+    except ValueError:
+        return "a reason this release does not know (counted by another release of fencewatch)"
 
 
 def split_event_key(key: str) -> tuple[str, str]:

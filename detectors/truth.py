@@ -1,31 +1,52 @@
-"""Comparing alerts with a simulator's ground truth: the confusion counts per rule."""
+"""Comparing alerts with a simulator's ground truth: the confusion counts per
+rule, violations and resolutions apart."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 
+from detectors.alerts import FIRING, STATUSES
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, LongLine, read_lines, too_large_reason
 
 MATCH_FIELDS = ("rule", "status", "cluster", "node", "ts_ms", "topic", "partition")
 
 
-def match_key(record: dict[str, Any]) -> tuple[Any, ...]:
-    """What identifies one violation in both an alert and a ground-truth entry."""
-    return tuple(record.get(f, "firing" if f == "status" else None) for f in MATCH_FIELDS)
+def status_of(record: Mapping[str, Any]) -> str:
+    """``firing`` (a violation) or ``resolved`` (a timer alert ending); records
+    without a status fire."""
+    return str(record.get("status") or FIRING)
 
 
-def confusion(alerts: Iterable[dict[str, Any]], truth: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Per rule: ``tp`` injected and detected, ``fp`` detected but not injected,
-    ``fn`` injected but not detected. Multiplicity counts."""
+def match_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What identifies one violation (or one resolution) in both an alert and a ground-truth entry."""
+    return tuple(status_of(record) if f == "status" else record.get(f) for f in MATCH_FIELDS)
+
+
+def count_by_status(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per status (``firing``, ``resolved``), the records of each rule, rules sorted."""
+    counts = Counter((status_of(r), str(r["rule"])) for r in records)
+    table: dict[str, dict[str, int]] = {status: {} for status in STATUSES}
+    for (status, rule), n in sorted(counts.items()):
+        table.setdefault(status, {})[rule] = n
+    return table
+
+
+def confusion(
+    alerts: Iterable[Mapping[str, Any]], truth: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (rule, status): ``tp`` injected and detected, ``fp`` detected but not
+    injected, ``fn`` injected but not detected. Multiplicity counts. A timer
+    rule's resolutions are rows of their own (status ``resolved``), never
+    counted with its violations."""
     detected = Counter(match_key(a) for a in alerts)
     injected = Counter(match_key(t) for t in truth)
-    table: dict[str, dict[str, int]] = {}
+    table: dict[tuple[str, str], dict[str, int]] = {}
     for key in detected.keys() | injected.keys():
-        row = table.setdefault(key[0], {"tp": 0, "fp": 0, "fn": 0})
+        row = table.setdefault((key[0], key[1]), {"tp": 0, "fp": 0, "fn": 0})
         both = min(detected[key], injected[key])
         row["tp"] += both
         row["fp"] += detected[key] - both

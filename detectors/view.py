@@ -14,6 +14,7 @@ from detectors.envelope import BadRecord, DeadLetterClass, Envelope, Unverified
 from detectors.fields import INT64, get_bool, get_int, get_list, get_str, int_list
 from detectors.history import History
 from detectors.pickling import fast_pickle
+from detectors.stats import UnverifiedReason
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
@@ -198,7 +199,7 @@ class ClusterView:
     def _update_broker(self, env: Envelope, broker_id: int, epoch: int, fenced: int, shutdown: bool) -> None:
         history = self.brokers.get(broker_id)
         if history is None:
-            raise Unverified("broker change before its registration")
+            raise Unverified(UnverifiedReason.BROKER_CHANGE_BEFORE_REGISTRATION)
         old = history.latest
         summary = {1: "fenced", -1: "unfenced", 0: "changed"}[fenced]
         state = replace(
@@ -241,7 +242,7 @@ class ClusterView:
         assert topic_id is not None
         topic = self.topics.get(topic_id)
         if topic is None:
-            raise Unverified("topic removal for a topic not seen")
+            raise Unverified(UnverifiedReason.TOPIC_REMOVAL_NOT_SEEN)
         topic.deleted_ms = env.ts_ms
         named = self.topic_ids_by_name.get(topic.name)
         if named is not None and named.latest == topic_id:
@@ -284,7 +285,7 @@ class ClusterView:
         history = self.partitions.get(key)
         if history is None:
             # Its epochs cannot be derived without the PARTITION_RECORD: start dumps at a snapshot.
-            raise Unverified("partition change before its partition record")
+            raise Unverified(UnverifiedReason.PARTITION_CHANGE_BEFORE_RECORD)
         before = history.latest
         leader = get_int(data, "leader", "data", default=NO_LEADER_CHANGE)
         isr = data.get("isr")
@@ -317,7 +318,7 @@ class ClusterView:
         assert topic_id is not None
         topic = self.topics.get(topic_id)
         if topic is None:
-            raise Unverified("partition record before its topic record")
+            raise Unverified(UnverifiedReason.PARTITION_BEFORE_TOPIC)
         topic.saw(index)
         return (topic_id, index)
 

@@ -17,6 +17,7 @@ from typing import Any
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
 from detectors.errors import KafkaError as E
+from detectors.render import alert_line
 from producers import shapes as s
 
 CLUSTER, TOPIC, TOPIC_ID, CONTROLLER = "prod-eu-1", "orders", "qG8hUlWTTJ2eRb_bFvWRXg", 3000
@@ -190,7 +191,10 @@ def blocks() -> dict[str, str]:
     for rule, build in EXAMPLES.items():
         alerts = build().run()
         assert alerts and {a["rule"] for a in alerts} == {rule}, (rule, alerts)
-        out[rule] = "\n".join(f"```json\n{json.dumps(a, indent=2)}\n```" for a in alerts)
+        # Each alert as every human-facing sink shows it (detectors.render.alert_line), then as JSON.
+        out[rule] = "\n".join(
+            f"```text\n{alert_line(a)}\n```\n\n```json\n{json.dumps(a, indent=2)}\n```" for a in alerts
+        )
     return out
 
 
@@ -201,7 +205,7 @@ def rewrite(text: str, generated: dict[str, str]) -> str:
         end = text.find("\n## ", start + 1)
         end = len(text) if end < 0 else end
         section = text[start:end]
-        first = section.index("```json")
+        first = section.index("```text") if "```text" in section else section.index("```json")
         last = section.rindex("```") + 3
         text = text[:start] + section[:first] + block + section[last:] + text[end:]
     return text

@@ -1,16 +1,24 @@
 """``fencewatch`` command line: one sub-command per module, each exposing
-``add_parser(subparsers)`` and ``run(args) -> int`` (the exit code)."""
+``add_parser(subparsers)`` and ``run(args) -> int`` (the exit code).
+
+A failure the user can fix ends a command in one line on stderr
+(``fencewatch <command>: <what> -- <what to do>``, exit code 1); ``--verbose``,
+accepted by every command, adds the detail: tracebacks, Spark's own output, the
+Kafka clients' log lines."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
+import traceback
 
 # name -> module; imported lazily so `fencewatch replay` never pays for Spark.
 COMMANDS = {
     "convert": "fencewatch.convert",
     "replay": "fencewatch.replay",
+    "report": "fencewatch.report",
     "simulate": "fencewatch.simulate",
     "run": "fencewatch.run",
     "demo": "fencewatch.demo",
@@ -19,20 +27,40 @@ COMMANDS = {
     "webhooks": "fencewatch.webhooks",
 }
 
+OUR_PACKAGES = ("fencewatch", "streaming", "producers", "detectors")
+VERBOSE_HELP = "show the detail behind a failure: tracebacks, Spark's output, Kafka client logs"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fencewatch",
         description="Catch Kafka fencing violations: epoch fencing and ISR eligibility.",
     )
+    parser.add_argument("--verbose", "-v", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMANDS.values():
         importlib.import_module(module_name).add_parser(sub)
+    _add_verbose(sub)
     return parser
+
+
+def _add_verbose(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``--verbose`` after any command too (``fencewatch run ... --verbose``); SUPPRESS
+    keeps an absent one from overriding a ``--verbose`` given before the command."""
+    for command in set(sub.choices.values()):
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_verbose(action)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        # Our packages' debug lines (the Kafka clients' log among them), not py4j's chatter.
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for package in OUR_PACKAGES:
+            logging.getLogger(package).setLevel(logging.DEBUG)
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
@@ -41,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         # `fencewatch replay f | head` closes stdout early; that is not an error.
         sys.stderr.close()
         return 0
+    except SystemExit as exc:
+        # A one-line failure (fencewatch.options.fail); what led to it behind --verbose.
+        cause = exc.__cause__ or exc.__context__
+        if args.verbose and cause is not None:
+            traceback.print_exception(cause)
+        raise
 
 
 if __name__ == "__main__":

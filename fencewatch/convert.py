@@ -7,30 +7,42 @@
         | fencewatch convert remote-log-metadata -
 
 Envelopes go to stdout, one JSON line per record in input order. Dead letters
-(``{"position", "reason", "raw"}``) go to ``--dead-letter FILE`` or stderr, and
-a summary goes to stderr. A line or request entry over ``--max-record-bytes``
-is a ``too_large`` dead letter and is skipped in bounded pieces, so memory stays
-flat on any input. Exit codes: 0 done (even with dead letters, which are
-reported), 1 an input or the dead-letter file cannot be used (said before any
-output), 2 usage error, 130 stopped by SIGINT/SIGTERM (the summary says how far
-it got).
+(``{"position", "reason", "raw"}``) go to ``--dead-letter FILE``, else the first
+five to stderr and all of them, once there are more, to a file in the current
+directory (fencewatch.dead_letters); a summary accounting for every input line
+goes to stderr. A line or request entry over ``--max-record-bytes`` is a
+``too_large`` dead letter and is skipped in bounded pieces, so memory stays
+flat on any input.
+
+An input is recognised by its first lines (detectors.file_kinds) before any
+output: one of another kind (a metadata dump given as a request log, envelope
+JSONL converted already, a binary file) is refused with the command that reads
+it. Exit codes: 0 done (even with dead letters, which are reported), 1 an input
+or the dead-letter file cannot be used (said before any output) or the inputs
+gave no record at all (said after, naming each input that gave none), 2 usage
+error, 130 stopped by SIGINT/SIGTERM (the summary says how far it got).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
+from io import BufferedReader
 from typing import IO, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from detectors.envelope import MAX_TS_MS, DeadLetter, Envelope, dumps
+from detectors.file_kinds import SNIFF_BYTES, SNIFF_LINES, FileKind, sniff
+from detectors.lines import peek_lines
 from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
 from detectors.parse_quorum_state import QuorumStateStats, parse_quorum_state
 from detectors.parse_remote_log_metadata import RemoteLogMetadataStats, iter_remote_log_metadata
 from detectors.parse_request_log import RequestLogStats, iter_request_log
+from fencewatch.dead_letters import SHOWN_ON_STDERR, DeadLetterOutput
 from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import add_record_limit_option, input_files, output_file
 
@@ -46,8 +58,25 @@ _STATS: dict[str, type[Stats]] = {
     QUORUM_STATE: QuorumStateStats,
     REMOTE_LOG_METADATA: RemoteLogMetadataStats,
 }
+# The kind of file each format is (detectors.file_kinds recognises them).
+FORMAT_KINDS = {
+    REQUEST_LOG: FileKind.REQUEST_LOG,
+    METADATA_DUMP: FileKind.METADATA_DUMP,
+    QUORUM_STATE: FileKind.QUORUM_STATE,
+    REMOTE_LOG_METADATA: FileKind.REMOTE_LOG_METADATA,
+}
 _MAX_NODE_ID = 2147483647  # Kafka node ids are int32
 _MAX_CLUSTER_CHARS = 249  # the envelope schema's limit
+
+
+# What each format reads, for its --help.
+_FORMAT_HELP = {
+    REQUEST_LOG: "convert kafka-request.log (logger kafka.request.logger at DEBUG) to envelope JSONL",
+    METADATA_DUMP: "convert kafka-dump-log.sh --cluster-metadata-decoder output to envelope JSONL",
+    QUORUM_STATE: "convert a controller's __cluster_metadata-0/quorum-state file to one envelope per file",
+    REMOTE_LOG_METADATA: "convert __remote_log_metadata as kafka-console-consumer.sh prints it with "
+    "RemoteLogMetadataSerde$RemoteLogMetadataFormatter to envelope JSONL",
+}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -65,37 +94,44 @@ def add_parser(subparsers: Any) -> None:
             "--formatter 'org.apache.kafka.server.log.remote.metadata.storage.serialization."
             "RemoteLogMetadataSerde$RemoteLogMetadataFormatter'."
         ),
-        epilog="Exit codes: 0 done (dead letters are reported, not fatal), "
-        "1 a file cannot be used, 2 usage error, 130 stopped by a signal.",
+        epilog="Each input is recognised by its first lines: one of another kind is refused with the command "
+        "that reads it. Exit codes: 0 done (dead letters are reported, not fatal), 1 a file cannot be used "
+        "(is of another kind), or no input gave a record, 2 usage error, 130 stopped by a signal.",
     )
-    parser.add_argument("format", choices=tuple(_STATS), help="input format")
-    parser.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' is stdin")
-    parser.add_argument(
+    # One sub-command per format, so `convert FORMAT --help` shows that format's help;
+    # all share the options below, and args.format names the format as before.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' is stdin")
+    common.add_argument(
         "--cluster", default="default", help="cluster name for the envelopes (default: default)"
     )
-    parser.add_argument(
+    common.add_argument(
         "--node",
         type=int,
         help="id of the broker/controller that wrote the log (required for request-log, quorum-state)",
     )
-    parser.add_argument(
+    common.add_argument(
         "--ts-ms",
         type=int,
         metavar="MS",
         help="quorum-state only: when the state was seen, epoch ms (default: the file's modification "
         "time; the file holds no time of its own)",
     )
-    parser.add_argument(
+    common.add_argument(
         "--tz",
         default=None,
         help="IANA time zone the broker logs local time in (request-log only; default UTC)",
     )
-    parser.add_argument(
+    common.add_argument(
         "--dead-letter",
         metavar="FILE",
-        help="write dead letters as JSON lines to FILE (default: stderr)",
+        help=f"write dead letters as JSON lines to FILE (default: the first {SHOWN_ON_STDERR} on stderr; "
+        "when there are more, all of them to ./fencewatch-dead-letters.jsonl, or -2, -3... if it exists)",
     )
-    add_record_limit_option(parser)
+    add_record_limit_option(common)
+    formats = parser.add_subparsers(dest="format", required=True, metavar="FORMAT", help="input format")
+    for name, text in _FORMAT_HELP.items():
+        formats.add_parser(name, parents=[common], help=text, description=text, epilog=parser.epilog)
     parser.set_defaults(run=run)
 
 
@@ -139,22 +175,29 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         # Open everything first so a typo in the last name fails before any output.
         try:
-            inputs = [(name, open_input(name, stack)) for name in args.files]
-            dead_sink = (
-                stack.enter_context(open(args.dead_letter, "w", encoding="utf-8"))
-                if args.dead_letter
-                else sys.stderr
-            )
+            opened = [(name, open_input(name, stack)) for name in args.files]
+            dead = stack.enter_context(DeadLetterOutput(prog, args.dead_letter))
         except OSError as exc:
             reason = exc.strerror or exc
             print(f"{prog}: cannot open {exc.filename}: {reason} -- check the path", file=sys.stderr)
             return 1
+        inputs = [(name, *peek_kind(stream)) for name, stream in opened]
+        cluster = args.cluster if args.cluster != "default" else "C"
+        node = "N" if args.node is None else str(args.node)
+        wanted = FORMAT_KINDS[args.format]
+        refusals = [wrong_kind(name, kind, wanted, cluster, node) for name, kind, _ in inputs]
+        if any(refusals):
+            for refusal in filter(None, refusals):
+                print(f"{prog}: {refusal}", file=sys.stderr)
+            return 1
         stats = _STATS[args.format]()
         out = sys.stdout
         stopped = False
+        unusable: list[str] = []
         try:
             with sigterm_as_interrupt():
-                for name, stream in inputs:
+                for name, kind, stream in inputs:
+                    before = _usable(stats)
                     items = parse_input(
                         stream,
                         stats,
@@ -169,13 +212,103 @@ def run(args: argparse.Namespace) -> int:
                         if isinstance(item, Envelope):
                             out.write(dumps(item.to_dict()) + "\n")
                         else:
-                            dead_sink.write(dumps(item.to_dict()) + "\n")
+                            dead.write(dumps(item.to_dict()))
+                    if _gave_nothing(before, _usable(stats)):
+                        unusable.append(_no_record(name, kind, wanted, before, _usable(stats)))
         except KeyboardInterrupt:
             stopped = True
         out.flush()
     summary = _summary(args.format, len(inputs), stats)
     print(f"{summary}; stopped by a signal" if stopped else summary, file=sys.stderr)
-    return 130 if stopped else 0
+    where = dead.where()
+    if where:
+        print(where, file=sys.stderr)
+    for line in unusable:
+        print(f"{prog}: {line}", file=sys.stderr)
+    # One input of several giving nothing is said; none giving anything fails.
+    return 130 if stopped else 1 if unusable and not stats.records else 0
+
+
+def peek_kind(stream: IO[bytes]) -> tuple[FileKind, BufferedReader]:
+    """What kind of file ``stream`` looks like from its first lines, and a
+    stream that reads it from its start (stdin included)."""
+    head, again = peek_lines(stream, SNIFF_LINES, SNIFF_BYTES)  # type: ignore[arg-type]  # buffered: has read1
+    return sniff(head), again
+
+
+def convert_command(kind: FileKind, name: str, cluster: str = "C", node: str = "N") -> str | None:
+    """The fencewatch command that reads a file of ``kind``, or None."""
+    path = shlex.quote(name)
+    commands = {
+        FileKind.REQUEST_LOG: f"fencewatch convert request-log --cluster {cluster} --node {node} {path}",
+        FileKind.METADATA_DUMP: f"fencewatch convert metadata-dump --cluster {cluster} {path}",
+        FileKind.QUORUM_STATE: f"fencewatch convert quorum-state --cluster {cluster} --node {node} {path}",
+        FileKind.REMOTE_LOG_METADATA: f"fencewatch convert remote-log-metadata --cluster {cluster} {path}",
+        FileKind.ENVELOPES: f"fencewatch replay {path}",
+    }
+    return commands.get(kind)
+
+
+def wrong_kind(
+    name: str, kind: FileKind, wanted: FileKind, cluster: str = "C", node: str = "N"
+) -> str | None:
+    """One line saying that input ``name``, of ``kind``, is not the ``wanted``
+    kind and what reads it; None when it may be the wanted kind (it is, or
+    nothing in its first lines says otherwise)."""
+    may_be = (wanted, FileKind.UNKNOWN, FileKind.EMPTY)
+    if kind in may_be or (kind is FileKind.LOG4J and wanted is FileKind.REQUEST_LOG):
+        return None
+    shown = "stdin" if name == "-" else name
+    head = f"{shown} looks like {kind.value}, not {wanted.value}"
+    if kind is FileKind.BINARY:
+        return (
+            f"{head}: fencewatch reads text; a metadata log segment is printed as text by "
+            f"`kafka-dump-log.sh --cluster-metadata-decoder --files {shlex.quote(name)}`, "
+            f"which pipes into `fencewatch convert metadata-dump --cluster {cluster} -`"
+        )
+    # A request log may open with other loggers' lines (the broker starting):
+    # read as one, it gives its entries or says that it has none.
+    command = convert_command(FileKind.REQUEST_LOG if kind is FileKind.LOG4J else kind, name, cluster, node)
+    if wanted is FileKind.ENVELOPES:
+        stem = "stdin" if name == "-" else os.path.splitext(os.path.basename(name))[0]
+        converted = shlex.quote(f"{stem}.jsonl")
+        return f"{head}: convert it first with `{command} > {converted}`, then replay {converted}"
+    if kind is FileKind.ENVELOPES:
+        return f"{head}: it is converted already: run `{command}`"
+    return f"{head}: run `{command}`"
+
+
+def _usable(stats: Stats) -> tuple[int, int, int]:
+    """Records so far, lines (files, for quorum-state) with content so far, dead letters so far."""
+    if isinstance(stats, QuorumStateStats):
+        return stats.records, stats.files, stats.dead_letters
+    if isinstance(stats, RemoteLogMetadataStats):
+        content = stats.lines - stats.other_lines
+    else:
+        content = stats.lines - stats.blank_lines
+    return stats.records, content, stats.dead_letters
+
+
+def _gave_nothing(before: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
+    """Whether an input with content (between two ``_usable`` counts) gave no record."""
+    return after[0] == before[0] and after[1] > before[1]
+
+
+def _no_record(
+    name: str, kind: FileKind, wanted: FileKind, before: tuple[int, int, int], after: tuple[int, int, int]
+) -> str:
+    """One line for an input that gave no record: what it held, and what to do."""
+    shown = "stdin" if name == "-" else name
+    lines, dead = after[1] - before[1], after[2] - before[2]
+    head = f"no record in {shown}: {lines} non-blank lines, {dead} dead letters"
+    if kind is wanted:
+        return f"{head} -- the dead letters' reasons say what is wrong with its records"
+    if kind is FileKind.LOG4J:
+        return (
+            f"{head}; it looks like {kind.value} -- request entries are written with logger "
+            "kafka.request.logger at DEBUG, to kafka-request.log"
+        )
+    return f"{head}; it looks like {kind.value} -- `fencewatch convert --help` lists the formats it reads"
 
 
 def open_input(name: str, stack: ExitStack) -> IO[bytes]:
@@ -243,7 +376,8 @@ def parse_input(
 
 
 def _summary(fmt: str, files: int, stats: Stats) -> str:
-    """One human line: what was converted, what was dead-lettered, what was skipped."""
+    """One human line: what became of every input line (every file, for
+    quorum-state), in counts that add up to the total."""
     if isinstance(stats, QuorumStateStats):
         by_version = ", ".join(f"data_version {v}: {n}" for v, n in sorted(stats.records_by_version.items()))
         return (
@@ -251,18 +385,28 @@ def _summary(fmt: str, files: int, stats: Stats) -> str:
             + (f" ({by_version})" if by_version else "")
             + f", {stats.dead_letters} dead letters"
         )
+    by_form = ""
+    if isinstance(stats, RemoteLogMetadataStats) and stats.records_by_type:
+        by_form = " (" + ", ".join(f"{k}={v}" for k, v in sorted(stats.records_by_type.items())) + ")"
     head = (
         f"fencewatch convert {fmt}: {files} file(s), {stats.lines} lines: "
-        f"{stats.records} records, {stats.dead_letters} dead letters"
+        f"{stats.records} records{by_form}, {stats.dead_letters} dead letters"
     )
     if isinstance(stats, RequestLogStats):
-        return f"{head}, {stats.other_logger_lines} other-logger lines skipped"
+        return (
+            f"{head}, {stats.continuation_lines} continuation lines of multi-line entries; skipped: "
+            f"{stats.other_logger_lines} other-logger lines, {stats.blank_lines} blank lines, "
+            f"{stats.unrecognised_lines} lines before any log4j entry"
+        )
     if isinstance(stats, RemoteLogMetadataStats):
-        by_form = ", ".join(f"{k}={v}" for k, v in sorted(stats.records_by_type.items()))
-        return f"{head}{f' ({by_form})' if by_form else ''}, {stats.other_lines} other lines skipped"
+        return (
+            f"{head}; skipped: {stats.other_lines} other lines "
+            "(blank, or the consumer's 'Processed a total of N messages')"
+        )
     by_type = ", ".join(f"{k}={v}" for k, v in sorted(stats.control_records_by_type.items()))
     control = f" ({by_type})" if by_type else ""
     return (
-        f"{head}, {stats.control_records} control records skipped{control}, "
-        f"{stats.other_lines} other lines skipped"
+        f"{head}; skipped: {stats.control_records} control records{control}, "
+        f"{stats.header_lines} header and batch lines, {stats.blank_lines} blank lines, "
+        f"{stats.unrecognised_lines} unrecognised lines"
     )

@@ -13,57 +13,96 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import os
 import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from detectors.truth import confusion
+from detectors.alerts import FIRING, RESOLVED
+from detectors.render import alert_line, tally
+from detectors.truth import confusion, count_by_status
 from fencewatch.observability import add_observability_options, check_observability_paths, observability
-from fencewatch.report import print_confusion
+from fencewatch.options import ALERTS_TOPIC, fail
+from fencewatch.summaries import print_confusion
 from producers.kafka_publisher import KafkaPublisher, TokenBucket
 from producers.simulator import SimConfig, Simulator
+
+if TYPE_CHECKING:
+    from streaming.broker import EmbeddedBroker
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
         help="run everything locally: broker, simulated faults, Spark job, alerts",
-        description=__doc__,
+        description="Everything on the embedded default: starts a local Kafka-compatible broker, "
+        "publishes simulated KRaft traffic with injected fencing faults, runs the streaming job on "
+        "local Spark, prints each alert as it arrives, and ends with a table of injected versus "
+        "detected violations per rule. Two simulated clusters share the event topic: sim-1 as "
+        "envelopes, and sim-native, whose quorum states and remote log metadata go through Kafka's "
+        "own forms (quorum-state files, kafka-console-consumer.sh formatter lines) and the parsers "
+        "fencewatch ship uses. Spark's own output goes to a log file the demo names.",
     )
     p.add_argument("--events", type=int, default=60_000, help="simulated events (default %(default)s)")
     p.add_argument(
         "--rate", type=int, default=3_000, help="events per second published (default %(default)s)"
     )
-    p.add_argument("--fault-rate", type=float, default=0.003, help="default %(default)s")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", action="store_true", help="print alerts as SPEC JSON instead of one line each")
+    p.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.003,
+        help="chance per simulated action that a fault is injected (default %(default)s)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=1, help="simulator seed: same seed, same events (default %(default)s)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print each alert as its JSON document (one per line, the fields of docs/rules.md) "
+        "instead of a one-line summary",
+    )
     p.add_argument(
         "--timeout-seconds",
         type=float,
         default=300,
         help="give up waiting for the last alerts after this long (default %(default)s)",
     )
-    add_observability_options(p)
+    add_observability_options(p, outbox_default="in the demo's temporary directory, removed when it ends")
     p.set_defaults(run=run)
 
 
 def _line(payload: str) -> str:
-    alert = orjson.loads(payload)
-    where = f" {alert['topic']}-{alert['partition']}" if alert.get("partition") is not None else ""
-    return (
-        f"[{alert['severity']:>8}] {alert['cluster']} {alert['rule']}{where} node {alert['node']}: "
-        f"{alert['message']}"
-    )
+    return alert_line(orjson.loads(payload))
+
+
+@contextmanager
+def _embedded_broker(prog: str) -> Iterator[EmbeddedBroker]:
+    """The embedded broker for the demo's life; one that cannot start ends the demo in one line."""
+    from streaming.broker import BrokerError, EmbeddedBroker
+
+    broker = EmbeddedBroker()
+    try:
+        broker.start()
+    except BrokerError as exc:
+        fail(prog, f"the embedded broker did not start: {exc}", "fix that and run the demo again")
+    try:
+        yield broker
+    finally:
+        broker.stop()
 
 
 def run(args: argparse.Namespace) -> int:
-    check_observability_paths(args, "fencewatch demo")
-    from streaming.broker import EmbeddedBroker
-    from streaming.job import JobOptions, spark_session, start
+    prog = "fencewatch demo"
+    check_observability_paths(args, prog)
+    from fencewatch.spark_console import query_failed, spark_log_path, start_spark
+    from streaming.job import JobOptions, start
 
     started = time.monotonic()
     received: list[dict[str, Any]] = []
@@ -73,15 +112,18 @@ def run(args: argparse.Namespace) -> int:
         print(payload if args.json else _line(payload), flush=True)
 
     say = lambda text: print(f"[demo {time.monotonic() - started:5.1f}s] {text}", file=sys.stderr, flush=True)  # noqa: E731
+    # Outside the demo's directory, which goes when the demo ends: a failure names it.
+    log_file = None if args.verbose else spark_log_path(None, prog)
     with (
         tempfile.TemporaryDirectory(prefix="fencewatch-demo-") as work,
-        observability(args, f"{work}/checkpoint", "fencewatch demo") as obs,
-        EmbeddedBroker() as broker,
+        observability(args, f"{work}/checkpoint", prog) as obs,
+        _embedded_broker(prog) as broker,
     ):
         say(f"embedded broker on {broker.bootstrap_servers}")
-        broker.create_topics({"fencewatch-events": 3, "fencewatch-alerts": 1, "fencewatch-dead-letters": 1})
-        say("starting Spark (local[2]) and the streaming job")
-        spark = spark_session("local[2]", app_name="fencewatch-demo")
+        broker.create_topics({"fencewatch-events": 3, ALERTS_TOPIC: 1, "fencewatch-dead-letters": 1})
+        spark_log = f"; Spark's log: {log_file}" if log_file else ""
+        say(f"starting Spark (local[2]) and the streaming job{spark_log}")
+        spark = start_spark(prog, "local[2]", log_file, app_name="fencewatch-demo")
         options = JobOptions(
             bootstrap_servers=broker.bootstrap_servers,
             topic="fencewatch-events",
@@ -134,14 +176,27 @@ def run(args: argparse.Namespace) -> int:
         finally:
             query.stop()
             spark.stop()
-        if query.exception() is not None:
-            print(f"fencewatch demo: the streaming job failed: {query.exception()}", file=sys.stderr)
-            return 1
+        error = query.exception()
+        if error is not None:
+            query_failed(
+                prog,
+                error,
+                log_file,
+                args.verbose,
+                "run the demo again; if it fails the same way, report it with the log",
+            )
+        if log_file is not None:
+            os.remove(log_file)  # nothing failed: nothing in it to look at
         assert native.native is not None
+        truth = sim.truth + native.truth
         say(
-            f"{len(received)} alerts; {len(sim.truth) + len(native.truth)} violations injected; "
+            f"detected {_tally(received)}; injected {_tally(truth)}; "
             f"sim-native shipped {native.native.quorum_stats.records} quorum-state files and "
             f"{native.native.remote_stats.records} remote-log-metadata lines in native form"
         )
-        truth = sim.truth + native.truth
         return 0 if print_confusion(confusion(received, truth), sys.stderr) else 1
+
+
+def _tally(records: list[dict[str, Any]]) -> str:
+    by_status = count_by_status(records)
+    return tally(sum(by_status[FIRING].values()), sum(by_status[RESOLVED].values()))

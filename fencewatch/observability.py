@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from fencewatch.options import input_file, output_file
+from fencewatch.options import fail, input_file, output_file
 
 if TYPE_CHECKING:
     from streaming.metrics import Metrics
@@ -29,7 +29,11 @@ class Observability:
     webhooks: Dispatcher | None
 
 
-def add_observability_options(p: argparse.ArgumentParser) -> None:
+def add_observability_options(
+    p: argparse.ArgumentParser, outbox_default: str = "in a local --checkpoint directory"
+) -> None:
+    """``--metrics-port/--metrics-bind/--webhooks/--webhook-outbox``; ``outbox_default``
+    says in ``--help`` where the outbox is without ``--webhook-outbox``."""
     env = os.environ.get
     p.add_argument(
         "--metrics-port",
@@ -54,8 +58,8 @@ def add_observability_options(p: argparse.ArgumentParser) -> None:
         "--webhook-outbox",
         metavar="FILE",
         default=env("FENCEWATCH_WEBHOOK_OUTBOX"),
-        help="the durable webhook outbox (SQLite) on local disk; default: in a local --checkpoint "
-        "directory (env FENCEWATCH_WEBHOOK_OUTBOX)",
+        help=f"the durable webhook outbox (SQLite) on local disk; default: {outbox_default} "
+        "(env FENCEWATCH_WEBHOOK_OUTBOX)",
     )
 
 
@@ -95,10 +99,11 @@ def observability(args: argparse.Namespace, checkpoint: str, prog: str) -> Itera
         try:
             port = serve(metrics, args.metrics_port, args.metrics_bind)
         except OSError as exc:
-            raise SystemExit(
-                f"{prog}: cannot serve metrics on {args.metrics_bind}:{args.metrics_port} ({exc}); "
-                "choose another --metrics-port, or -1 to turn metrics off"
-            ) from None
+            fail(
+                prog,
+                f"cannot serve metrics on {args.metrics_bind}:{args.metrics_port}: {exc.strerror or exc}",
+                "choose another --metrics-port (0: any free port), or -1 to turn metrics off",
+            )
         print(f"{prog}: metrics on http://{args.metrics_bind}:{port}/metrics", file=sys.stderr)
     dispatcher = None
     if args.webhooks:

@@ -38,6 +38,17 @@ def env_default(name: str, default: int, unit: str = "milliseconds", minimum: in
     return value
 
 
+ALERTS_TOPIC = "fencewatch-alerts"
+
+
+def add_bootstrap_servers_option(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap-servers``, required unless env FENCEWATCH_BOOTSTRAP_SERVERS is set."""
+    env = os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS")
+    parser.add_argument(
+        "--bootstrap-servers", default=env, required=env is None, help="env FENCEWATCH_BOOTSTRAP_SERVERS"
+    )
+
+
 def add_detector_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("detection")
     for flag, var, default, text in (

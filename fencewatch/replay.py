@@ -1,22 +1,32 @@
-"""``fencewatch replay FILE...``: envelope JSONL in, alert JSONL out (SPEC 4)."""
+"""``fencewatch replay FILE...``: envelope JSONL in, alert JSONL out (SPEC 4).
+
+Each input is recognised by its first lines first (detectors.file_kinds): a
+native log not converted yet, or a binary file, is refused in one line naming
+the ``fencewatch convert`` to run. Dead letters go where fencewatch.dead_letters
+says; the summary accounts for every line read."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from functools import partial
 from typing import Any
 
 import orjson
 from tqdm import tqdm
 
 from detectors.config import DetectorConfig
-from detectors.engine import Detector
+from detectors.engine import TOO_LATE, Detector
 from detectors.envelope import DeadLetter, dumps
+from detectors.file_kinds import FileKind
 from detectors.gc_tuning import tune_for_detector
 from detectors.merge import merge_sources
-from detectors.sources import open_inputs, read_envelopes
+from detectors.sources import EnvelopeLineStats, open_inputs, read_envelopes
 from detectors.truth import confusion
+from fencewatch.convert import peek_kind, wrong_kind
+from fencewatch.dead_letters import SHOWN_ON_STDERR, DeadLetterOutput
+from fencewatch.incident_timelines import from_detector, from_evidence
 from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import (
     add_detector_options,
@@ -28,7 +38,8 @@ from fencewatch.options import (
     output_file,
     truth_records,
 )
-from fencewatch.report import print_confusion, print_summary
+from fencewatch.report import replay_report, write_report
+from fencewatch.summaries import print_confusion, print_summary, replay_line_accounting
 from streaming.bucket_layout import DEFAULT_BUCKETS  # no Spark import
 
 PROGRESS_MIN_BYTES = 16 * 1024 * 1024
@@ -42,17 +53,30 @@ def add_parser(sub: Any) -> None:
         help="judge envelope JSONL files offline",
         description="Merge envelope JSONL files by ts_ms, run every rule, print one alert JSON per line on "
         "stdout and a summary on stderr. Files may be cut anywhere, named in any order and overlap: "
-        "re-delivered records are dropped as duplicates. Exit codes: 0 done, 1 a file cannot be used "
-        "or --truth disagrees, 2 usage error, 130 stopped by a signal.",
+        "re-delivered records are dropped as duplicates. A file that is not envelope JSONL (a native log "
+        "not converted yet, a binary file) is refused with the convert command that reads it. Exit codes: "
+        "0 done, 1 a file cannot be used, no file gave an envelope, or --truth disagrees, 2 usage error, "
+        "130 stopped by a signal.",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="envelope JSONL files ('-' for stdin)")
-    p.add_argument("--dead-letter", metavar="FILE", help="write unusable records here (default: stderr)")
+    p.add_argument(
+        "--dead-letter",
+        metavar="FILE",
+        help=f"write unusable records here as JSON lines (default: the first {SHOWN_ON_STDERR} on stderr; "
+        "when there are more, all of them to ./fencewatch-dead-letters.jsonl, or -2, -3... if it exists)",
+    )
     p.add_argument(
         "--truth",
         metavar="FILE",
         help="a simulator's ground truth: print injected vs detected per rule and exit 1 if they differ",
     )
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    p.add_argument(
+        "--report",
+        metavar="FILE.html",
+        help="also write a self-contained HTML incident report: a summary per rule and severity and "
+        "a timeline per alert (docs/operations.md)",
+    )
     spark = p.add_argument_group(
         "engine",
         "--engine spark runs the streaming job's detector (streaming.job.detect: buckets, RocksDB state) "
@@ -88,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
     prog = "fencewatch replay"
     input_files(prog, args.files)
     output_file(prog, args.dead_letter, "--dead-letter")
+    output_file(prog, args.report, "--report", with_siblings=True)
+    if args.report == "-":
+        fail(prog, "--report - would mix the page with the alerts on stdout", "name an HTML file")
     truth = truth_records(prog, args.truth) if args.truth else None
     if args.engine == "spark":
         return run_spark(args, config, truth)
@@ -95,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
         inputs = open_inputs(args.files)
     except OSError as exc:
         print(f"fencewatch replay: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
+    # Read again from their start after the look at their first lines.
+    sniffed = [(name, *peek_kind(f)) for name, f in inputs]
+    if _refused(prog, [(name, kind) for name, kind, _ in sniffed]):
+        _close(inputs)
         return 1
     total = sum(os.fstat(f.fileno()).st_size for _, f in inputs if f is not sys.stdin.buffer)
     bar = tqdm(
@@ -105,17 +137,22 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         disable=args.no_progress or total < PROGRESS_MIN_BYTES or None,
     )
-    dead_out = open(args.dead_letter, "w") if args.dead_letter else sys.stderr  # noqa: SIM115
+    dead_out = DeadLetterOutput(prog, args.dead_letter)
     tune_for_detector()
     detector = Detector(config)
     out = sys.stdout
     alerts: list[dict[str, Any]] = []
-    dead = 0
+    line_stats = [EnvelopeLineStats() for _ in sniffed]
+    judged_dead = 0  # dead letters of envelopes the detector could not use
+    report = replay_report(args.files, config) if args.report else None
 
     def report_dead(letter: DeadLetter) -> None:
-        nonlocal dead
-        dead += 1
-        print(dumps(letter.to_dict()), file=dead_out)
+        dead_out.write(dumps(letter.to_dict()))
+
+    def report_judged_dead(letter: DeadLetter) -> None:
+        nonlocal judged_dead
+        judged_dead += 1
+        report_dead(letter)
 
     stopped = False
 
@@ -125,38 +162,91 @@ def run(args: argparse.Namespace) -> int:
             out.write(dumps(record) + "\n")
             if truth is not None:
                 alerts.append(record)
+            if report is not None:
+                report.add(record, partial(from_detector, detector, record))
 
     try:
         with sigterm_as_interrupt():
-            streams = [read_envelopes(f, name, bar.update, args.max_record_bytes) for name, f in inputs]
+            streams = [
+                read_envelopes(f, name, bar.update, args.max_record_bytes, counts)
+                for (name, _, f), counts in zip(sniffed, line_stats, strict=True)
+            ]
             for item in merge_sources(streams, config.lateness_ms):
                 if isinstance(item, DeadLetter):
                     detector.dead_letter(item)
                     report_dead(item)
                     continue
                 for letter in detector.ingest(item):
-                    report_dead(letter)
+                    report_judged_dead(letter)
                 write_alerts()
             for letter in detector.flush():
-                report_dead(letter)
+                report_judged_dead(letter)
             write_alerts()
             out.flush()
     except KeyboardInterrupt:
         stopped = True
     finally:
         bar.close()
-        for _, f in inputs:
-            if f is not sys.stdin.buffer:
-                f.close()
-        if dead_out is not sys.stderr:
-            dead_out.close()
-    print_summary(detector.counters, dead, sys.stderr)
+        _close(inputs)
+        dead_out.close()
+    print_summary(detector.counters, dead_out.count, sys.stderr)
+    where = dead_out.where()
+    if where:
+        print(where, file=sys.stderr)
+    if report is not None and write_report(prog, report, args.report):
+        return 1
     if stopped:
         print(f"{prog}: stopped by a signal; judgments still waiting were not made", file=sys.stderr)
         return 130
+    names = [name for name, _, _ in sniffed]
+    no_envelope = _account_for_lines(prog, names, line_stats, detector, judged_dead)
     if truth is not None:
-        return 0 if print_confusion(confusion(alerts, truth), sys.stderr) else 1
-    return 0
+        return 0 if print_confusion(confusion(alerts, truth), sys.stderr) and not no_envelope else 1
+    return 1 if no_envelope else 0
+
+
+def _close(inputs: list[tuple[str, Any]]) -> None:
+    for _, f in inputs:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def _refused(prog: str, kinds: list[tuple[str, FileKind]]) -> bool:
+    """Say, one line each, which inputs are not envelope JSONL and what reads them; True if any."""
+    refusals = [
+        wrong_kind("-" if name == "<stdin>" else name, kind, FileKind.ENVELOPES) for name, kind in kinds
+    ]
+    for refusal in filter(None, refusals):
+        print(f"{prog}: {refusal}", file=sys.stderr)
+    return any(refusals)
+
+
+def _account_for_lines(
+    prog: str,
+    names: list[str],
+    line_stats: list[EnvelopeLineStats],
+    detector: Detector,
+    judged_dead: int,
+) -> bool:
+    """Print what became of every line read, and a line for each input that
+    gave no envelope at all; True if no input gave one."""
+    total = EnvelopeLineStats()
+    for counts in line_stats:
+        total.add(counts)
+    too_late = detector.counters.unverified.get(str(TOO_LATE), 0)  # counted as its string (Counters)
+    duplicates = detector.counters.duplicates
+    print(replay_line_accounting(prog, len(names), total, duplicates, too_late, judged_dead), file=sys.stderr)
+    unusable = False
+    for name, counts in zip(names, line_stats, strict=True):
+        if counts.envelopes == 0 and counts.dead_letters:
+            unusable = True
+            print(
+                f"{prog}: no envelope in {name}: all {counts.dead_letters} non-blank lines are dead letters "
+                "-- their reasons say what is wrong; `fencewatch convert --help` lists the native formats "
+                "it converts to envelopes",
+                file=sys.stderr,
+            )
+    return unusable and total.envelopes == 0
 
 
 def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict[str, Any]] | None) -> int:
@@ -164,6 +254,12 @@ def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict
     prog = "fencewatch replay"
     if "-" in args.files:
         fail(prog, "--engine spark cannot read stdin ('-')", "name files, or use --engine python")
+    kinds = []
+    for name in args.files:
+        with open(name, "rb") as f:
+            kinds.append((name, peek_kind(f)[0]))
+    if _refused(prog, kinds):
+        return 1
     from streaming.file_source import BackfillFailed, BackfillOptions, FilesOutOfOrder, backfill
     from streaming.job import spark_session
 
@@ -174,10 +270,10 @@ def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict
         max_record_bytes=args.max_record_bytes,
         progress_seconds=None if args.no_progress else SPARK_PROGRESS_SECONDS,
     )
-    dead_out = open(args.dead_letter, "w") if args.dead_letter else sys.stderr  # noqa: SIM115
+    dead_out = DeadLetterOutput(prog, args.dead_letter)
 
     def report_dead(letter: str) -> None:
-        print(letter, file=dead_out)
+        dead_out.write(letter)
 
     def progress(line: str) -> None:
         print(f"{prog}: {line}", file=sys.stderr, flush=True)
@@ -200,13 +296,22 @@ def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict
         return 1
     finally:
         spark.stop()
-        if dead_out is not sys.stderr:
-            dead_out.close()
+        dead_out.close()
     out = sys.stdout
     for alert in result.alerts:
         out.write(alert + "\n")
     out.flush()
     print_summary(result.counters, result.dead_letters, sys.stderr)
+    where = dead_out.where()
+    if where:
+        print(where, file=sys.stderr)
+    if args.report:
+        report = replay_report(args.files, config)
+        for alert in result.alerts:
+            record = orjson.loads(alert)
+            report.add(record, partial(from_evidence, record, config.grace_ms))
+        if write_report(prog, report, args.report):
+            return 1
     if truth is not None:
         alerts = [orjson.loads(a) for a in result.alerts]
         return 0 if print_confusion(confusion(alerts, truth), sys.stderr) else 1

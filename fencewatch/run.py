@@ -10,8 +10,14 @@ from contextlib import ExitStack
 from typing import Any
 
 from fencewatch.observability import add_observability_options, check_observability_paths, observability
-from fencewatch.options import add_detector_options, bucket_count, detector_config, output_dir
-from producers.kafka_publisher import SASL_PASSWORD_ENV, parse_config_pairs
+from fencewatch.options import (
+    ALERTS_TOPIC,
+    add_bootstrap_servers_option,
+    add_detector_options,
+    bucket_count,
+    detector_config,
+    output_dir,
+)
 from streaming.bucket_layout import DEFAULT_BUCKETS
 
 
@@ -23,12 +29,7 @@ def add_parser(sub: Any) -> None:
         "Structured Streaming (RocksDB state, checkpointed), and publish alerts and dead letters to topics.",
     )
     env = os.environ.get
-    p.add_argument(
-        "--bootstrap-servers",
-        default=env("FENCEWATCH_BOOTSTRAP_SERVERS"),
-        required=env("FENCEWATCH_BOOTSTRAP_SERVERS") is None,
-        help="env FENCEWATCH_BOOTSTRAP_SERVERS",
-    )
+    add_bootstrap_servers_option(p)
     p.add_argument(
         "--topic",
         default=env("FENCEWATCH_TOPIC"),
@@ -47,8 +48,18 @@ def add_parser(sub: Any) -> None:
         default=env("FENCEWATCH_SPARK_MASTER", "local[2]"),
         help="Spark master URL, e.g. spark://host:7077 (env FENCEWATCH_SPARK_MASTER; default %(default)s)",
     )
-    p.add_argument("--alerts-topic", default="fencewatch-alerts")
-    p.add_argument("--dead-letter-topic", default="fencewatch-dead-letters")
+    p.add_argument(
+        "--alerts-topic",
+        default=ALERTS_TOPIC,
+        help="topic the alerts are published to, keyed by cluster; must not be compacted "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--dead-letter-topic",
+        default="fencewatch-dead-letters",
+        help="topic for records that are not valid envelopes, with the reason; must not be "
+        "compacted (default %(default)s)",
+    )
     p.add_argument(
         "--kafka-config",
         action="append",
@@ -100,16 +111,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def kafka_settings(pairs: list[str]) -> dict[str, str]:
-    try:
-        settings = parse_config_pairs(pairs)
-    except ValueError as exc:
-        raise SystemExit(f"fencewatch run: {exc}") from None
-    if "sasl.password" not in settings and os.environ.get(SASL_PASSWORD_ENV):
-        settings["sasl.password"] = os.environ[SASL_PASSWORD_ENV]
-    return settings
-
-
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -129,11 +130,16 @@ def _lock_checkpoint(stack: ExitStack, checkpoint: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    output_dir("fencewatch run", args.checkpoint, "--checkpoint")
-    check_observability_paths(args, "fencewatch run")
+    prog = "fencewatch run"
+    output_dir(prog, args.checkpoint, "--checkpoint")
+    check_observability_paths(args, prog)
+    from pyspark.errors import StreamingQueryException
+
+    from fencewatch.kafka_preflight import check_kafka, kafka_settings
+    from fencewatch.spark_console import await_query, query_failed, spark_log_path, start_spark
     from streaming.bucket_layout import LayoutMismatch
     from streaming.checkpoint_lock import CheckpointInUse
-    from streaming.job import JobOptions, spark_session, start
+    from streaming.job import JobOptions, start
     from streaming.sinks import CompactedSinkTopic
 
     options = JobOptions(
@@ -142,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         alerts_topic=args.alerts_topic,
         dead_letter_topic=args.dead_letter_topic,
-        kafka_config=kafka_settings(args.kafka_config),
+        kafka_config=kafka_settings(prog, args.kafka_config),
         starting_offsets=args.starting_offsets,
         max_events_per_trigger=args.max_events_per_trigger,
         trigger_seconds=args.trigger_seconds,
@@ -159,10 +165,13 @@ def run(args: argparse.Namespace) -> int:
         try:
             _lock_checkpoint(stack, args.checkpoint)
         except CheckpointInUse as exc:
-            print(f"fencewatch run: {exc}", file=sys.stderr)
+            print(f"{prog}: {exc}", file=sys.stderr)
             return 1
-        obs = stack.enter_context(observability(args, args.checkpoint, "fencewatch run"))
-        spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions)
+        # Kafka's problems in one line now, not as a query failure after Spark's start.
+        check_kafka(prog, args.bootstrap_servers, options.kafka_config, args.topic)
+        obs = stack.enter_context(observability(args, args.checkpoint, prog))
+        log_file = None if args.verbose else spark_log_path(args.checkpoint, prog)
+        spark = start_spark(prog, args.master, log_file, shuffle_partitions=args.shuffle_partitions)
         try:
             query = start(
                 spark,
@@ -173,22 +182,29 @@ def run(args: argparse.Namespace) -> int:
             )
         except (CompactedSinkTopic, LayoutMismatch) as exc:
             spark.stop()
-            print(f"fencewatch run: {exc}", file=sys.stderr)
+            print(f"{prog}: {exc}", file=sys.stderr)
             return 1
+        spark_log = f"; Spark's log: {log_file}" if log_file else ""
         print(
-            f"fencewatch run: reading {args.topic} on {args.bootstrap_servers}, "
-            f"checkpoint {args.checkpoint}; Ctrl-C stops",
+            f"{prog}: reading {args.topic} on {args.bootstrap_servers}, "
+            f"checkpoint {args.checkpoint}{spark_log}; Ctrl-C stops",
             file=sys.stderr,
         )
         try:
-            query.awaitTermination()
-        except KeyboardInterrupt:
-            query.stop()
-            return 130
+            if await_query(query):
+                return 130
+            error = query.exception()
+        except StreamingQueryException as exc:
+            error = exc
         finally:
             spark.stop()
-    error = query.exception()
-    if error is not None:
-        print(f"fencewatch run: the query failed: {error}", file=sys.stderr)
-        return 1
-    return 0
+        if error is None:
+            return 0
+    query_failed(
+        prog,
+        error,
+        log_file,
+        args.verbose,
+        "once the cause is fixed, start the job again with the same --checkpoint (it resumes where it "
+        "stopped); a cause outside your setup is a fencewatch bug: report it with the log",
+    )

@@ -545,7 +545,7 @@ class RequestLogShipper:
         """Queue the current position: after every line the parser has finished with."""
         if self._segment is None:
             return
-        consumed = self._stats.record_lines + self._stats.other_logger_lines
+        consumed = self._stats.finished_lines
         position = self._segment.position_after(consumed)
         bound = self.publisher.stats.produced
         if self._checkpoints and self._checkpoints[-1][0] == bound:

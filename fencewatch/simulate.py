@@ -5,7 +5,8 @@ ground truth of what was injected.
 With ``--bootstrap-servers`` and ``--topic`` the events go to the topic instead
 of a file, keyed by cluster (so they keep their order in one partition), paced
 to ``--rate`` events per second of wall-clock time (token bucket; 0: as fast as
-possible). The ground truth is written to ``--truth`` either way.
+possible). The ground truth is written to ``--truth`` either way, once every
+event is written or delivered: a failed run leaves no truth file behind.
 
 ``--native-forms`` sends quorum states and remote log metadata through Kafka's
 own forms and fencewatch's parsers (producers.native_forms); ``--native-dir``
@@ -15,6 +16,7 @@ also keeps those forms as files.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -22,6 +24,9 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
+from detectors.alerts import FIRING, RESOLVED
+from detectors.render import tally
+from detectors.truth import count_by_status
 from fencewatch.options import env_default, output_dir, output_file
 from fencewatch.ship import add_kafka_options, open_publisher, publisher_from_args
 from producers.kafka_publisher import DeliveryError, TokenBucket
@@ -54,7 +59,9 @@ def add_parser(sub: Any) -> None:
         help="ground-truth JSONL (default: <output>.truth.jsonl, or "
         "fencewatch-truth.jsonl when writing to stdout or a topic)",
     )
-    p.add_argument("--cluster", default=defaults.cluster)
+    p.add_argument(
+        "--cluster", default=defaults.cluster, help="the envelopes' cluster name (default %(default)s)"
+    )
     p.add_argument(
         "--fault-rate",
         type=float,
@@ -62,10 +69,21 @@ def add_parser(sub: Any) -> None:
         help="chance per simulated action that a fault is injected (default %(default)s)",
     )
     p.add_argument("--faults", default="", metavar="RULE,...", help="only inject these rules (default: all)")
-    p.add_argument("--brokers", type=int, default=defaults.brokers)
-    p.add_argument("--topics", type=int, default=defaults.topics)
-    p.add_argument("--partitions", type=int, default=defaults.partitions_per_topic, help="per topic")
-    p.add_argument("--skew-ms", type=int, default=defaults.skew_ms, help="max clock skew per node")
+    p.add_argument(
+        "--brokers", type=int, default=defaults.brokers, help="simulated brokers (default %(default)s)"
+    )
+    p.add_argument(
+        "--topics", type=int, default=defaults.topics, help="simulated Kafka topics (default %(default)s)"
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=defaults.partitions_per_topic,
+        help="partitions per simulated topic (default %(default)s)",
+    )
+    p.add_argument(
+        "--skew-ms", type=int, default=defaults.skew_ms, help="max clock skew per node (default %(default)s)"
+    )
     p.add_argument(
         "--grace-ms",
         type=int,
@@ -194,14 +212,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_truth(sim: Simulator, path: str) -> None:
-    with open(path, "wb") as f:
+    """Write the ground truth whole or not at all: a reader never sees half of it."""
+    partial = f"{path}.partial"
+    with open(partial, "wb") as f:
         for record in sim.truth:
             f.write(orjson.dumps(record) + b"\n")
+    os.replace(partial, path)
 
 
 def _injected(sim: Simulator) -> str:
-    counts = ", ".join(f"{k}={v}" for k, v in sorted(sim.injected.items())) or "none"
-    return f"injected {len(sim.truth)} violations ({counts})"
+    """What the ground truth holds: violations per rule, and apart from them
+    the resolutions of timer alerts (a zombie leader stepping down)."""
+    by_status = count_by_status(sim.truth)
+    violations, resolutions = by_status[FIRING], by_status[RESOLVED]
+    line = f"injected {tally(sum(violations.values()), sum(resolutions.values()))}"
+    for title, counts in (("violations", violations), ("resolutions", resolutions)):
+        if counts:
+            line += f"; {title}: " + ", ".join(f"{k}={v}" for k, v in counts.items())
+    return line
 
 
 def _native(sim: Simulator, args: argparse.Namespace) -> str:
@@ -216,7 +244,8 @@ def _native(sim: Simulator, args: argparse.Namespace) -> str:
 
 
 def _publish(args: argparse.Namespace, sim: Simulator) -> int:
-    """Publish the events to ``args.topic`` at ``args.rate`` events/s, then write the truth."""
+    """Publish the events to ``args.topic`` at ``args.rate`` events/s, then,
+    once every one is delivered, write the truth."""
     prog = "fencewatch simulate"
     problem = None
     if args.output:
@@ -232,6 +261,16 @@ def _publish(args: argparse.Namespace, sim: Simulator) -> int:
         return 2
     if not open_publisher(publisher, prog):
         return 1
+    from fencewatch.kafka_preflight import check_kafka, kafka_settings
+
+    # A producer would queue every event for a dead broker and fail only at the end.
+    check_kafka(
+        prog,
+        args.bootstrap_servers,
+        kafka_settings(prog, args.kafka_config),
+        args.topic,
+        topic_must_exist=False,
+    )
     bucket = TokenBucket(args.rate)
     started = last_status = time.monotonic()
     published = 0
@@ -252,8 +291,12 @@ def _publish(args: argparse.Namespace, sim: Simulator) -> int:
     try:
         publisher.flush(args.flush_timeout)
     except DeliveryError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        code = 1
+        print(
+            f"{prog}: {publisher.stats.delivered} of {published} events delivered to topic {args.topic}: "
+            f"{exc} -- check the broker and the topic, then run again; no truth file was written",
+            file=sys.stderr,
+        )
+        return 1
     _write_truth(sim, truth_path(args))
     elapsed = time.monotonic() - started
     print(

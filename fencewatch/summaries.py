@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from detectors.alerts import FIRING, RESOLVED
 from detectors.cluster import Counters
+from detectors.render import tally
+from detectors.sources import EnvelopeLineStats
+from detectors.stats import explain_unverified
 
 
 def _table(title: str, rows: Sequence[Sequence[str]], out: TextIO) -> None:
@@ -23,8 +27,24 @@ def _table(title: str, rows: Sequence[Sequence[str]], out: TextIO) -> None:
         )
 
 
+def _by_status(
+    columns: Sequence[str], violations: Mapping[str, Sequence[int]], resolutions: Mapping[str, Sequence[int]]
+) -> list[tuple[str, ...]]:
+    """Rows per rule, violations and then resolutions (timer alerts that ended)
+    as sections of their own, each with its total: a resolution is never
+    counted as a violation."""
+    rows: list[tuple[str, ...]] = []
+    for title, table in (("violations", violations), ("resolutions", resolutions)):
+        rows.append((title, *columns))
+        rows += [(rule, *map(str, counts)) for rule, counts in table.items()]
+        totals = [sum(counts[i] for counts in table.values()) for i in range(len(columns))]
+        rows.append((f"total {title}", *map(str, totals)))
+    return rows
+
+
 def print_summary(counters: Counters, dead_letters: int, out: TextIO) -> None:
     _table("events", [(k, str(v)) for k, v in sorted(counters.events.items())], out)
+    unverified = sorted(counters.unverified.items())
     _table(
         "not judged",
         [
@@ -33,20 +53,58 @@ def print_summary(counters: Counters, dead_letters: int, out: TextIO) -> None:
             ("late (beyond lateness)", str(counters.late)),
         ]
         + [(f"dead letters: {k}", str(v)) for k, v in sorted(counters.dead_letters.items())]
-        + [(f"unverified: {k}", str(v)) for k, v in sorted(counters.unverified.items())],
+        + [(f"unverified: {k}", str(v)) for k, v in unverified],
         out,
     )
-    alerts = sorted(counters.alerts_by_rule().items())
+    if unverified:
+        print("why unverified, and what to ship to avoid it", file=out)
+        for key, _ in unverified:
+            print(f"  {key}: {explain_unverified(key)}", file=out)
+    violations = counters.alerts_by_rule(FIRING)
+    resolutions = counters.alerts_by_rule(RESOLVED)
     _table(
-        "alerts", [("rule", "count"), *((k, str(v)) for k, v in alerts)] if alerts else [("none", "0")], out
+        f"alerts: {tally(sum(violations.values()), sum(resolutions.values()))}",
+        _by_status(
+            ("count",),
+            {rule: (n,) for rule, n in sorted(violations.items())},
+            {rule: (n,) for rule, n in sorted(resolutions.items())},
+        ),
+        out,
     )
 
 
-def print_confusion(table: dict[str, dict[str, int]], out: TextIO) -> bool:
-    """Print injected-versus-detected per rule; True when they agree exactly."""
-    rows = [("rule", "tp", "fp", "fn")]
-    rows += [(rule, str(c["tp"]), str(c["fp"]), str(c["fn"])) for rule, c in table.items()]
-    totals = {k: sum(c[k] for c in table.values()) for k in ("tp", "fp", "fn")}
-    rows.append(("total", str(totals["tp"]), str(totals["fp"]), str(totals["fn"])))
-    _table("ground truth (tp: injected and detected, fp: false alarm, fn: missed)", rows, out)
-    return totals["fp"] == 0 and totals["fn"] == 0
+def print_confusion(table: dict[tuple[str, str], dict[str, int]], out: TextIO) -> bool:
+    """Print injected-versus-detected per rule, violations and resolutions apart
+    (detectors.truth.confusion); True when they agree exactly."""
+    counts = {key: (c["tp"], c["fp"], c["fn"]) for key, c in table.items()}
+    _table(
+        "ground truth (tp: injected and detected, fp: false alarm, fn: missed)",
+        _by_status(
+            ("tp", "fp", "fn"),
+            # A status neither firing nor resolved (a hand-made truth file) stays visible, apart.
+            {
+                rule if status == FIRING else f"{rule} ({status})": n
+                for (rule, status), n in counts.items()
+                if status != RESOLVED
+            },
+            {rule: n for (rule, status), n in counts.items() if status == RESOLVED},
+        ),
+        out,
+    )
+    return all(c["fp"] == 0 and c["fn"] == 0 for c in table.values())
+
+
+def replay_line_accounting(
+    prog: str, files: int, lines: EnvelopeLineStats, duplicates: int, too_late: int, judged_dead: int
+) -> str:
+    """One line: what became of every line replay read, in counts that add up
+    to the total. Of the envelopes, those neither duplicates, nor too late to
+    judge (their grace window had closed), nor refused by the detector
+    (``judged_dead``) were processed by the rules (the ones a rule could not
+    verify among them: the summary's "not judged" table counts those)."""
+    processed = lines.envelopes - duplicates - too_late - judged_dead
+    return (
+        f"{prog}: {files} file(s), {lines.lines} lines: {processed} envelopes processed, "
+        f"{duplicates} duplicates, {too_late} too late to judge, "
+        f"{lines.dead_letters + judged_dead} dead letters, {lines.blank_lines} blank lines"
+    )

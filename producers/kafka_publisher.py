@@ -33,6 +33,7 @@ from typing import Any, TextIO
 import orjson
 
 from detectors.envelope import DeadLetter, Envelope, dumps
+from producers.client_errors import ClientErrors
 
 # Env var that may hold the SASL password, so it need not appear on a command line.
 SASL_PASSWORD_ENV = "FENCEWATCH_KAFKA_SASL_PASSWORD"
@@ -126,8 +127,8 @@ class KafkaPublisher:
     bootstrap_servers, topic: where envelopes go.
     dead_letter_topic: where dead letters go; None writes them to ``dead_letter_stream``.
     config: extra librdkafka settings (TLS/SASL...), passed through unchanged.
-    on_failure: called with a one-line message for each failed delivery
-        (default: print it to stderr).
+    on_failure: called with a one-line message for each failed delivery, and
+        once when librdkafka finds no broker reachable (default: print it to stderr).
     producer_factory: builds the producer from its config (tests inject fakes).
     """
 
@@ -152,6 +153,10 @@ class KafkaPublisher:
         self._on_failure = on_failure or _print_failure
         self._producer_factory = producer_factory
         self._producer: Any = None
+        # What librdkafka says about the connection, kept for one line instead of
+        # its repeated log lines (producers.client_errors).
+        self.client_errors = ClientErrors()
+        self._said_unreachable = False
         self.stats = PublishStats()
         # seq numbers handed over but not yet delivered, oldest first; delivered
         # ones are removed lazily from the left (see confirmed_below).
@@ -175,7 +180,7 @@ class KafkaPublisher:
             else:
                 from confluent_kafka import Producer
 
-                self._producer = Producer(dict(self._config))
+                self._producer = Producer({**self._config, **self.client_errors.callbacks()})
 
     # -- publishing -------------------------------------------------------
 
@@ -230,7 +235,17 @@ class KafkaPublisher:
         self.stats.produced += 1
         self._pending.append(seq)
         self._producer.poll(0)
+        self._say_if_unreachable()
         return seq
+
+    def _say_if_unreachable(self) -> None:
+        """Report once that no broker answers (librdkafka retries on its own)."""
+        if self.client_errors.brokers_down and not self._said_unreachable:
+            self._said_unreachable = True
+            self._on_failure(
+                f"cannot reach Kafka at {self._config['bootstrap.servers']}: {self.client_errors.cause()}; "
+                "records wait in the client's queue while it retries"
+            )
 
     def _delivered(self, seq: int, err: Any, topic: str, label: str) -> None:
         if err is None:
@@ -266,7 +281,9 @@ class KafkaPublisher:
             if timeout_seconds > 0:
                 time.sleep(timeout_seconds)
             return 0
-        return int(self._producer.poll(timeout_seconds))
+        served = int(self._producer.poll(timeout_seconds))
+        self._say_if_unreachable()
+        return served
 
     def flush(self, timeout_seconds: float = 30.0) -> None:
         """Wait until every queued record is delivered or failed.
@@ -277,7 +294,9 @@ class KafkaPublisher:
         remaining = 0 if self._producer is None else int(self._producer.flush(timeout_seconds))
         problems = []
         if remaining:
-            problems.append(f"{remaining} record(s) still undelivered after {timeout_seconds:g}s")
+            cause = self.client_errors.cause()
+            why = f" (Kafka at {self._config['bootstrap.servers']}: {cause})" if cause else ""
+            problems.append(f"{remaining} record(s) still undelivered after {timeout_seconds:g}s{why}")
         if self.stats.failed:
             first = "; ".join(self.stats.failures[:3])
             problems.append(f"{self.stats.failed} record(s) failed: {first}")

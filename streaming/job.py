@@ -66,24 +66,42 @@ class JobOptions:
 
 
 def spark_session(
-    master: str = "local[2]", app_name: str = "fencewatch", shuffle_partitions: int = 2
+    master: str = "local[2]",
+    app_name: str = "fencewatch",
+    shuffle_partitions: int = 2,
+    log_file: str | None = None,
 ) -> SparkSession:
-    """A session set up for the job: RocksDB state, workers on this interpreter."""
+    """A session set up for the job: RocksDB state, workers on this interpreter.
+
+    log_file: append everything the JVM prints (log4j's console output, Java
+    stack traces) and what its Python workers print to this file instead of
+    this process's stdout and stderr. Applies when the session starts this
+    process's JVM (the first session; later ones share it)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     # Spark starts Python workers from the JVM's environment: use this venv's interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", os.environ.get("FENCEWATCH_DRIVER_HOST", "127.0.0.1"))
-        .getOrCreate()
+    conf = (
+        SparkConf()
+        .setMaster(master)
+        .setAppName(app_name)
+        .set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .set("spark.ui.enabled", "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.driver.host", os.environ.get("FENCEWATCH_DRIVER_HOST", "127.0.0.1"))
     )
+    if log_file is not None and SparkContext._gateway is None:
+        # pyspark's documented hook for capturing the JVM's output (launch_gateway's
+        # popen_kwargs); Python workers are the JVM's children and inherit it. The
+        # context built on this gateway is the one the builder below returns.
+        with open(log_file, "ab") as log:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+        SparkContext(conf=conf, gateway=gateway)
+    session = SparkSession.builder.config(conf=conf).getOrCreate()
     # Alerts go to stdout; Spark's INFO/WARN chatter would bury them.
     session.sparkContext.setLogLevel(os.environ.get("FENCEWATCH_SPARK_LOG_LEVEL", "ERROR"))
     return session

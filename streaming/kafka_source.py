@@ -91,6 +91,16 @@ class BuiltinKafkaUnavailable(RuntimeError):
     """``use_builtin_kafka`` was asked for, but the connector jar is not loaded."""
 
 
+class KafkaSourceError(RuntimeError):
+    """The source cannot go on: one line, ``<what> -- <what to do>``. Spark
+    wraps it in a StreamingQueryException whose text holds it as the line
+    ``streaming.kafka_source.<class>: <message>`` (fencewatch.spark_console)."""
+
+
+class ReadTimedOut(KafkaSourceError, TimeoutError):
+    """An executor got neither the planned records nor the end of the log in time."""
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The source's options, validated once.
@@ -389,21 +399,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """ListOffsets (low, high) per partition of the topic; {} while it does not exist."""
         consumer = self._planning_consumer()
         timeout = self._opts.probe_timeout_seconds
-        meta = consumer.list_topics(self._opts.topic, timeout=timeout).topics.get(self._opts.topic)
-        if meta is None or meta.error is not None:
-            # Once per reader: triggers keep polling for the topic to appear.
-            if not self._warned_missing_topic:
-                log.warning("topic %r not available yet: %s", self._opts.topic, meta and meta.error)
-                self._warned_missing_topic = True
-            return {}
-        return {
-            str(p): tuple(  # type: ignore[misc]
-                consumer.get_watermark_offsets(
-                    TopicPartition(self._opts.topic, p), timeout=timeout, cached=False
+        try:
+            meta = consumer.list_topics(self._opts.topic, timeout=timeout).topics.get(self._opts.topic)
+            if meta is None or meta.error is not None:
+                # Once per reader: triggers keep polling for the topic to appear.
+                if not self._warned_missing_topic:
+                    log.warning("topic %r not available yet: %s", self._opts.topic, meta and meta.error)
+                    self._warned_missing_topic = True
+                return {}
+            return {
+                str(p): tuple(  # type: ignore[misc]
+                    consumer.get_watermark_offsets(
+                        TopicPartition(self._opts.topic, p), timeout=timeout, cached=False
+                    )
                 )
-            )
-            for p in sorted(meta.partitions)
-        }
+                for p in sorted(meta.partitions)
+            }
+        except KafkaException as exc:
+            servers = self._opts.client_config.get("bootstrap.servers")
+            raise KafkaSourceError(
+                f"cannot read the offsets of topic {self._opts.topic} from Kafka at {servers}: "
+                f"{exc.args[0].str()} -- check that the brokers are up and reachable from the Spark "
+                "driver, and the client settings (--kafka-config); started again with the same "
+                "checkpoint, the job resumes where it stopped"
+            ) from exc
 
     def _log_spans(self) -> dict[str, LogSpan]:
         """Each partition's log start and the offset after its last fetchable record.
@@ -586,11 +605,13 @@ def _read_range(consumer: Consumer, rng: OffsetRange, timeout_seconds: float) ->
             yield rows.take()
         if next_offset < rng.end and time.monotonic() > deadline:
             if log_end is None:
-                raise TimeoutError(
+                raise ReadTimedOut(
                     f"{rng.topic}[{rng.partition}]: no record at offset >= {next_offset} and no end of "
                     f"the log within {timeout_seconds:.0f}s although the planned range ends at {rng.end} "
                     f"(last client error: {last_error}); the broker is unreachable, or the log now ends "
-                    "before that offset (the embedded broker answers such a fetch with nothing)"
+                    "before that offset (the embedded broker answers such a fetch with nothing) -- check "
+                    "that the brokers are up and reachable from the Spark executors; started again with "
+                    "the same checkpoint, the job re-reads the batch"
                 )
             # The broker has kept saying the log ends inside the range: the rest is gone.
             rows.loss(log_end, rng.end)

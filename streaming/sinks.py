@@ -55,7 +55,9 @@ def refuse_compacted_topics(
     """Raise :class:`CompactedSinkTopic` if one of ``topics`` has a ``cleanup.policy``
     with ``compact``. A topic that does not exist yet is created by the first
     publish with the broker's default policy and checked at the next start."""
-    admin = AdminClient({**kafka_config, "bootstrap.servers": bootstrap_servers})
+    # librdkafka's log lines to this module's logger, not the console (fencewatch --verbose shows them).
+    settings: dict[str, Any] = {**kafka_config, "bootstrap.servers": bootstrap_servers, "logger": log}
+    admin = AdminClient(settings)
     futures = admin.describe_configs(
         [ConfigResource(ResourceType.TOPIC, topic) for topic in dict.fromkeys(topics)],
         request_timeout=BROKER_TIMEOUT_S,

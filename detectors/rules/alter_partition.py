@@ -10,6 +10,7 @@ from detectors.errors import KafkaError
 from detectors.requests import AlterPartition, AlterPartitionEntry, Header
 from detectors.rules.base import Rule, register
 from detectors.rules.isr import IsrIneligibleReplicaAdmitted
+from detectors.stats import UnverifiedReason
 from detectors.view import BrokerState, PartitionKey, PartitionState
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def judge(
     if home and request.broker_epoch != -1 and any(p.error == KafkaError.NONE for p in request.partitions):
         states = cs.view.broker_window(request.broker_id, env.ts_ms - grace, env.ts_ms + grace)
         if not states:
-            cs.unverified("unknown broker")
+            cs.unverified(UnverifiedReason.UNKNOWN_BROKER)
         elif all(s.epoch != request.broker_epoch for s in states):
             cs.emit(
                 AlterPartitionStaleBrokerEpochAccepted,
@@ -160,7 +161,7 @@ def _judge_isr_members(
         epoch = entry.isr_epochs.get(replica, -1)
         states = cs.view.broker_window(replica, env.ts_ms - grace, env.ts_ms + grace)
         if not states:
-            cs.unverified("ISR member never registered in the view")
+            cs.unverified(UnverifiedReason.ISR_MEMBER_UNREGISTERED)
             continue
         reasons = [_ineligibility(s, epoch) for s in states]
         if not all(reasons):

@@ -8,6 +8,7 @@ from detectors.envelope import Envelope
 from detectors.errors import KafkaError
 from detectors.requests import API_NAMES, Header, PartitionOutcome
 from detectors.rules.base import Rule, register
+from detectors.stats import UnverifiedReason
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
@@ -38,7 +39,7 @@ def judged(outcomes: list[PartitionOutcome]) -> list[PartitionOutcome]:
 def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[PartitionOutcome]) -> None:
     for outcome in outcomes:
         if outcome.error is None:
-            cs.unverified("partition has no response entry")
+            cs.unverified(UnverifiedReason.NO_RESPONSE_ENTRY)
             continue
         if outcome.error != KafkaError.NONE or outcome.epoch < 0:
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from detectors.rules.base import Rule, register
+from detectors.stats import UnverifiedReason
 from detectors.view import PartitionChange
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
             continue
         history = cs.view.brokers.get(replica)
         if history is None:
-            cs.unverified("ISR member never registered in the view")
+            cs.unverified(UnverifiedReason.ISR_MEMBER_UNREGISTERED)
             continue
         broker = history.latest
         why = broker.ineligibility()
@@ -75,7 +76,7 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
     if after.leader >= 0 and (before is None or after.leader != before.leader):
         history = cs.view.brokers.get(after.leader)
         if history is None:
-            cs.unverified("leader never registered in the view")
+            cs.unverified(UnverifiedReason.LEADER_UNREGISTERED)
             return
         broker = history.latest
         why = broker.ineligibility()

@@ -9,6 +9,7 @@ from detectors.envelope import Envelope
 from detectors.errors import KafkaError
 from detectors.requests import Header, PartitionOutcome
 from detectors.rules.base import Rule, register
+from detectors.stats import UnverifiedReason
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
@@ -63,7 +64,7 @@ def judge(
     node = env.node
     for outcome in outcomes:
         if outcome.error is None:
-            cs.unverified("partition has no response entry")
+            cs.unverified(UnverifiedReason.NO_RESPONSE_ENTRY)
             continue
         found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env.ts_ms)
         if found is None:

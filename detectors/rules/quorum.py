@@ -10,6 +10,7 @@ from detectors.alerts import Evidence
 from detectors.envelope import Envelope
 from detectors.errors import KafkaError
 from detectors.fields import INT32, get_bool, get_int, get_list, get_obj, objects
+from detectors.render import iso_utc
 from detectors.requests import (
     BEGIN_QUORUM_EPOCH,
     END_QUORUM_EPOCH,
@@ -264,7 +265,7 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
     reason = None
     if newer:
         known = min(newer, key=lambda c: (c.ts_ms, c.epoch))
-        reason = f"node {known.node} has led epoch {known.epoch} since {known.ts_ms}"
+        reason = f"node {known.node} has led epoch {known.epoch} since {iso_utc(known.ts_ms)}"
         evidence = [known.evidence]
     else:
         reason, evidence = _fetch_timeout(cs, env, node, epoch)

@@ -18,6 +18,7 @@ from detectors.remote import (
     parse_event,
 )
 from detectors.rules.base import Deferred, Rule, register
+from detectors.stats import UnverifiedReason
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
@@ -85,7 +86,7 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
     segment = cs.remote.segments.get(event.segment_id)
     if segment is None:
         if event.cleaner is None:
-            raise Unverified("update for a remote segment not seen")
+            raise Unverified(UnverifiedReason.REMOTE_SEGMENT_NOT_SEEN)
         segment = Segment(event.segment_id, event.key, event.broker_id, event.cleaner)
         cs.remote.segments[event.segment_id] = segment
     old, new = segment.state, event.state
@@ -168,8 +169,9 @@ def _check_claims(cs: ClusterState, part: PartitionSegments, segment: Segment) -
             cs.emit(
                 RemoteSegmentZombieUploadAccepted,
                 segment.finished,
-                message=f"segment {segment.segment_id} from broker {segment.broker_id} claims epoch "
-                f"{epoch} reached offset {offset}, but a later epoch established it ended at {known[0]}",
+                message=f"segment {segment.segment_id} of {cs.describe(segment.key)} from broker "
+                f"{segment.broker_id} claims epoch {epoch} reached offset {offset}, but a later epoch "
+                f"established it ended at {known[0]}",
                 node=segment.broker_id,
                 identity=(segment.segment_id,),
                 evidence=[known[1]],

@@ -8,6 +8,7 @@ from detectors.envelope import Envelope
 from detectors.errors import KafkaError
 from detectors.requests import Header, StopReplica
 from detectors.rules.base import Rule, register
+from detectors.stats import UnverifiedReason
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
@@ -101,7 +102,7 @@ def judge(cs: ClusterState, env: Envelope, header: Header, request: StopReplica,
         if part.leader_epoch < 0:
             continue
         if part.error is None:
-            cs.unverified("partition has no response entry")
+            cs.unverified(UnverifiedReason.NO_RESPONSE_ENTRY)
             continue
         window = cs.partition_window(part.topic, None, part.partition, env.ts_ms)
         if window is None:

@@ -5,16 +5,22 @@
   one alert, so receivers written for Alertmanager (PagerDuty, Opsgenie,
   alertmanager-webhook bridges) take fencewatch alerts as they are.
 - ``slack``: ``{"text": ...}``, one readable line, for Slack-style incoming webhooks.
+
+The human text (Slack's line, the annotations) is detectors.render.alert_line,
+as everywhere else an alert is shown.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from detectors.alerts import FIRING, RESOLVED
+from detectors.render import alert_line
+from detectors.render import iso_utc as rfc3339
 
 # Alertmanager's "not ended" endsAt: Go's zero time.
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -34,11 +40,6 @@ def render(fmt: str, alert: Mapping[str, Any], receiver: str, external_url: str 
     raise ValueError(f"unknown webhook format {fmt!r}")
 
 
-def rfc3339(ts_ms: int) -> str:
-    """Milliseconds since the epoch as an RFC 3339 UTC time, e.g. ``2027-01-15T08:00:00.123Z``."""
-    return datetime.fromtimestamp(ts_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def labels(alert: Mapping[str, Any]) -> dict[str, str]:
     """Alertmanager labels: strings only, absent fields left out (an empty label is no label)."""
     out = {"alertname": str(alert["rule"]), "rule": str(alert["rule"]), "severity": str(alert["severity"])}
@@ -56,28 +57,22 @@ def fingerprint(alert_labels: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def where(alert: Mapping[str, Any]) -> str:
-    """``topic-partition`` (or the topic id when the name is unknown); empty without a partition."""
-    topic = alert.get("topic") or alert.get("topic_id")
-    if alert.get("partition") is None:
-        return str(topic) if topic else ""
-    return f"{topic}-{alert['partition']}"
-
-
 def alertmanager(alert: Mapping[str, Any], receiver: str, external_url: str = "") -> dict[str, Any]:
     """The Alertmanager webhook v4 payload for one alert."""
-    status = str(alert.get("status") or "firing")
+    status = str(alert.get("status") or FIRING)
     alert_labels = labels(alert)
     links = [str(link) for link in alert.get("links") or []]
     annotations = {
         "summary": str(alert["message"]),
-        "description": _description(alert),
+        # The whole line: status, severity, rule, where, when; a receiver that
+        # shows only annotations still tells a resolution from a new alert.
+        "description": alert_line(alert),
         "alert_id": str(alert["alert_id"]),
     }
     if links:
         annotations["links"] = " ".join(links)
     ts_ms = int(alert["ts_ms"])
-    if status == "resolved":
+    if status == RESOLVED:
         # A resolved alert's evidence holds the event that fired it: its start.
         evidence_ts = [int(e["ts_ms"]) for e in alert.get("evidence") or [] if e.get("ts_ms") is not None]
         starts_at, ends_at = rfc3339(min([ts_ms, *evidence_ts])), rfc3339(ts_ms)
@@ -111,28 +106,7 @@ def alertmanager(alert: Mapping[str, Any], receiver: str, external_url: str = ""
     }
 
 
-def _description(alert: Mapping[str, Any]) -> str:
-    parts = [f"{alert['rule']} ({alert['severity']}, {alert.get('status') or 'firing'})"]
-    parts.append(f"cluster {alert.get('cluster')}")
-    if where(alert):
-        parts.append(where(alert))
-    if alert.get("node") is not None:
-        parts.append(f"node {alert['node']}")
-    parts.append(f"at {rfc3339(int(alert['ts_ms']))}")
-    return f"{', '.join(parts)}: {alert['message']}"
-
-
 def slack_text(alert: Mapping[str, Any]) -> str:
-    """One line: ``[CRITICAL] RULE cluster c1 orders-0 node 2: message`` (``RESOLVED`` when resolved)."""
-    tag = str(alert["severity"]).upper()
-    if alert.get("status") == "resolved":
-        tag += " RESOLVED"
-    parts = [f"[{tag}]", str(alert["rule"]), f"cluster {alert.get('cluster')}"]
-    if where(alert):
-        parts.append(where(alert))
-    if alert.get("node") is not None:
-        parts.append(f"node {alert['node']}")
-    line = f"{' '.join(parts)}: {alert['message']}"
-    line = " ".join(line.split())  # one line, whatever the message holds
+    """:func:`detectors.render.alert_line`, escaped for Slack."""
     # Slack reads &, < and > as markup (links, mentions); these must be escaped.
-    return line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return alert_line(alert).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

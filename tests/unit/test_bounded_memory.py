@@ -1,6 +1,7 @@
 """Memory stays bounded on any input: ``fencewatch replay -`` and ``fencewatch
-convert ... -`` fed by a pipe with no line end (zeros, as from /dev/zero) or a
-request-log entry that never ends, at the default record size limit. Each
+convert ... -`` fed by a pipe with no line end (text, so that it is read rather
+than refused as binary as zeros from /dev/zero are) or a request-log entry that
+never ends, at the default record size limit. Each
 command runs as a subprocess and must end with the expected dead letter and
 summary; its peak RSS is the kernel's high-water mark of its own memory
 (``VmHWM``), read until it exits. Not wait4's ``ru_maxrss``: Linux carries the
@@ -36,10 +37,16 @@ class Finished:
     stderr: str
 
 
-def zeros() -> Iterator[bytes]:
-    chunk = b"\0" * (1 << 20)
-    for _ in range(FEED_BYTES >> 20):
-        yield chunk
+def endless_line(start: bytes) -> Callable[[], Iterator[bytes]]:
+    """A line that starts like a record of one kind and never ends."""
+
+    def feed() -> Iterator[bytes]:
+        yield start
+        chunk = b"x" * (1 << 20)
+        for _ in range(FEED_BYTES >> 20):
+            yield chunk
+
+    return feed
 
 
 def endless_entry() -> Iterator[bytes]:
@@ -109,19 +116,21 @@ def the_dead_letter(text: str) -> dict[str, str]:
     return letter
 
 
-def test_replay_of_a_pipe_of_zeros_keeps_its_memory(tmp_path):
-    done = run_fed(["replay", "--no-progress", "-"], zeros, tmp_path)
+def test_replay_of_a_pipe_with_no_line_end_keeps_its_memory(tmp_path):
+    done = run_fed(["replay", "--no-progress", "-"], endless_line(b'{"cluster":"c","pad":"'), tmp_path)
 
-    assert done.exit_code == 0, done.stderr
+    assert done.exit_code == 1, done.stderr  # no envelope at all
     assert done.stdout == b""
     assert the_dead_letter(done.stderr)["position"] == "<stdin>:1"
+    assert "no envelope in <stdin>" in done.stderr
     assert done.peak_rss_kib < PEAK_RSS_LIMIT_KIB, f"peak RSS {done.peak_rss_kib} KiB"
 
 
-def test_convert_of_a_pipe_of_zeros_keeps_its_memory(tmp_path):
-    done = run_fed(["convert", "metadata-dump", "-"], zeros, tmp_path)
+def test_convert_of_a_pipe_with_no_line_end_keeps_its_memory(tmp_path):
+    start = b'| offset: 0 CreateTime: 1795168800000 payload: {"pad":"'
+    done = run_fed(["convert", "metadata-dump", "-"], endless_line(start), tmp_path)
 
-    assert done.exit_code == 0, done.stderr
+    assert done.exit_code == 1, done.stderr  # no record at all
     assert done.stdout == b""
     assert the_dead_letter(done.stderr)["position"] == "stdin:1"
     assert "1 lines: 0 records, 1 dead letters" in done.stderr
@@ -131,10 +140,10 @@ def test_convert_of_a_pipe_of_zeros_keeps_its_memory(tmp_path):
 def test_convert_of_a_request_entry_that_never_ends_keeps_its_memory(tmp_path):
     done = run_fed(["convert", "request-log", "--node", "1", "-"], endless_entry, tmp_path)
 
-    assert done.exit_code == 0, done.stderr
+    assert done.exit_code == 1, done.stderr  # no record at all
     assert done.stdout == b""
     letter = the_dead_letter(done.stderr)
     assert letter["position"] == "stdin:1" and "request entry of lines 1-" in letter["reason"]
     assert letter["raw"].startswith("[2026-11-20 10:15:02,345] DEBUG Completed request:")
-    assert "0 records, 1 dead letters, 0 other-logger lines skipped" in done.stderr
+    assert "0 records, 1 dead letters, " in done.stderr and "skipped: 0 other-logger lines" in done.stderr
     assert done.peak_rss_kib < PEAK_RSS_LIMIT_KIB, f"peak RSS {done.peak_rss_kib} KiB"

@@ -122,8 +122,8 @@ def test_convert_metadata_dump(converted):
     run = converted.metadata
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == (
-        "fencewatch convert metadata-dump: 1 file(s), 39 lines: 21 records, 0 dead letters, "
-        "0 control records skipped, 18 other lines skipped"
+        "fencewatch convert metadata-dump: 1 file(s), 39 lines: 21 records, 0 dead letters; "
+        "skipped: 0 control records, 18 header and batch lines, 0 blank lines, 0 unrecognised lines"
     )
     envelopes = jsonl(run.stdout)
     assert {(e["cluster"], e["kind"], e["node"]) for e in envelopes} == {(CLUSTER, "metadata", None)}
@@ -160,7 +160,8 @@ def test_convert_request_log(converted):
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == (
         "fencewatch convert request-log: 1 file(s), 7 lines: 5 records, 0 dead letters, "
-        "2 other-logger lines skipped"
+        "0 continuation lines of multi-line entries; skipped: 2 other-logger lines, 0 blank lines, "
+        "0 lines before any log4j entry"
     )
     envelopes = jsonl(run.stdout)
     assert [(e["cluster"], e["kind"], e["node"], e["offset"]) for e in envelopes] == [
@@ -205,11 +206,17 @@ def test_replay_raises_exactly_the_two_violations(converted, order):
     assert summary_tables(run.stderr) == {
         "events": {"metadata": ["21"], "request:FETCH": ["2"], "request:PRODUCE": ["3"]},
         "not judged": {"dead letters": ["0"], "duplicates": ["0"], "late (beyond lateness)": ["0"]},
-        "alerts": {
-            "rule": ["count"],
+        "alerts: 2 violations and 0 resolutions": {
+            "violations": ["count"],
             "ISR_INELIGIBLE_REPLICA_ADMITTED": ["1"],
             "PRODUCE_ACCEPTED_BY_NON_LEADER": ["1"],
+            "total violations": ["2"],
+            "resolutions": ["count"],
+            "total resolutions": ["0"],
         },
+        # Every line read accounted for: 21 metadata records and 5 requests.
+        "fencewatch replay: 2 file(s), 26 lines: 26 envelopes processed, 0 duplicates, 0 too late to judge, "
+        "0 dead letters, 0 blank lines": {},
     }
 
 
@@ -251,5 +258,8 @@ def test_simulate_then_replay_with_truth_agrees(tmp_path):
     assert len(jsonl(run.stdout)) == len(truth)
     tables = summary_tables(run.stderr)
     ground_truth = next(rows for title, rows in tables.items() if title.startswith("ground truth"))
-    assert ground_truth["total"] == [str(len(truth)), "0", "0"]
+    resolutions = sum(t["status"] == "resolved" for t in truth)
+    assert ground_truth["total violations"] == [str(len(truth) - resolutions), "0", "0"]
+    assert ground_truth["total resolutions"] == [str(resolutions), "0", "0"]
+    assert f"injected {len(truth) - resolutions} violations and " in sim.stderr
     assert tables["not judged"]["dead letters"] == ["0"]

@@ -375,8 +375,8 @@ def test_convert_writes_envelopes_and_a_summary(main, capsys):
     assert {(r["cluster"], r["kind"], r["node"], r["offset"]) for r in rows} == {
         (CLUSTER, "remote_log_metadata", None, None)
     }
-    assert "13 lines: 12 records, 0 dead letters" in err
-    assert "RemotePartitionDeleteMetadataRecord=1" in err and "1 other lines skipped" in err
+    assert "13 lines: 12 records (" in err
+    assert "RemotePartitionDeleteMetadataRecord=1), 0 dead letters; skipped: 1 other lines" in err
 
 
 def test_convert_refuses_node_for_remote_log_metadata(main, capsys):

@@ -37,8 +37,9 @@ def test_fixture_yields_every_request_in_order_with_positions_and_counts():
     assert names == ["PRODUCE", "STOP_REPLICA", "ALTER_PARTITION", "FETCH"]
     assert [item.position for item in items] == ["t.log:2", "t.log:3", "t.log:7", "t.log:8"]
     assert [item.seq for item in items] == [0, 1, 2, 3]
+    # 4 entries, 10 continuation lines of the wrapped FETCH, 3 other loggers' entries and 2 stack-trace lines.
     assert stats == RequestLogStats(
-        lines=19, records=4, dead_letters=0, record_lines=14, other_logger_lines=5
+        lines=19, records=4, dead_letters=0, record_lines=14, continuation_lines=10, other_logger_lines=5
     )
 
 
@@ -199,8 +200,16 @@ def test_other_logger_and_blank_lines_are_counted_not_yielded():
     ]
     items = parse(lines, stats=stats)
     assert len(items) == 1 and items[0].position == "t.log:4"
-    assert stats.other_logger_lines == 3
-    assert stats.lines == stats.record_lines + stats.other_logger_lines
+    assert (stats.other_logger_lines, stats.blank_lines) == (2, 1)
+    assert stats.lines == stats.record_lines + stats.skipped_lines
+
+
+def test_text_before_any_log4j_entry_is_counted_as_unrecognised():
+    stats = RequestLogStats()
+    items = parse(["#!/bin/sh", "", "echo hello", entry("{}"), "\tat stack.trace(X.java:1)"], stats=stats)
+    assert len(items) == 1
+    assert (stats.unrecognised_lines, stats.blank_lines, stats.other_logger_lines) == (2, 1, 1)
+    assert stats.lines == stats.record_lines + stats.skipped_lines == 5
 
 
 def test_str_lines_and_crlf_endings_work_like_bytes():
@@ -255,7 +264,7 @@ def test_an_entry_that_grows_past_the_limit_is_one_too_large_dead_letter_and_its
     assert dead.raw.startswith(head) and dead.raw.count("\n") == 15
     assert isinstance(good, Envelope) and good.position == "t.log:42" and good.seq == 0
     assert stats == RequestLogStats(
-        lines=42, records=1, dead_letters=1, record_lines=42, other_logger_lines=0
+        lines=42, records=1, dead_letters=1, record_lines=42, continuation_lines=40, other_logger_lines=0
     )
 
 

@@ -80,7 +80,10 @@ def test_alertmanager_v4_payload_has_every_field_with_the_right_type() -> None:
     assert am["annotations"]["summary"] == alert["message"]
     assert am["annotations"]["alert_id"] == alert["alert_id"]
     assert "KIP-595" in am["annotations"]["links"]
-    assert "prod-eu-1" in am["annotations"]["description"]
+    assert am["annotations"]["description"] == (
+        "[FIRING critical] prod-eu-1 QUORUM_ZOMBIE_LEADER orders-3 node 2 at 2027-01-15T08:00:00.123Z: "
+        "node 2 still acts as leader of epoch 5"
+    )
     assert RFC3339.match(am["startsAt"])
     starts = datetime.fromisoformat(am["startsAt"].replace("Z", "+00:00"))
     assert starts == datetime.fromtimestamp(TS_MS / 1000, UTC)
@@ -103,6 +106,9 @@ def test_alertmanager_resolved_alert_ends_and_pairs_with_its_firing_alert() -> N
     assert resolved["startsAt"] < resolved["endsAt"]
     assert resolved["fingerprint"] == firing["fingerprint"]
     assert resolved["annotations"]["alert_id"] != firing["annotations"]["alert_id"]
+    # A receiver that shows only the annotations still reads a resolution, not a second alert.
+    assert resolved["annotations"]["description"].startswith("[RESOLVED critical] ")
+    assert firing["annotations"]["description"].startswith("[FIRING critical] ")
 
 
 def test_alertmanager_leaves_out_labels_of_missing_fields() -> None:
@@ -116,7 +122,7 @@ def test_slack_text_is_one_readable_line() -> None:
     body = orjson.loads(render("slack", spec_alert(), "chat"))
     assert set(body) == {"text"}
     assert body["text"] == (
-        "[CRITICAL] QUORUM_ZOMBIE_LEADER cluster prod-eu-1 orders-3 node 2: "
+        "[FIRING critical] prod-eu-1 QUORUM_ZOMBIE_LEADER orders-3 node 2 at 2027-01-15T08:00:00.123Z: "
         "node 2 still acts as leader of epoch 5"
     )
 
@@ -124,7 +130,7 @@ def test_slack_text_is_one_readable_line() -> None:
 def test_slack_text_escapes_markup_flattens_lines_and_marks_resolved() -> None:
     text = slack_text(spec_alert("resolved", message="epoch <5> & then\nmore"))
     assert "\n" not in text
-    assert text.startswith("[CRITICAL RESOLVED] ")
+    assert text.startswith("[RESOLVED critical] ")
     assert text.endswith("epoch &lt;5&gt; &amp; then more")
 
 

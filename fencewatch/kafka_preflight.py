@@ -1,0 +1,126 @@
+"""Before a command starts Spark or publishes: can it reach Kafka, and does
+the topic exist? A problem ends the command in one line that names the cause
+and what to do (``fencewatch.options.fail``), instead of a minute of client
+retries and a Spark stack trace."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from fencewatch.options import fail
+from producers.client_errors import ClientErrors
+from producers.kafka_publisher import SASL_PASSWORD_ENV, parse_config_pairs
+
+CHECK_TIMEOUT_SECONDS = 10.0
+# list_topics blocks; in slices this long the client's errors are served between them.
+_SLICE_SECONDS = 0.5
+SETTINGS_TODO = (
+    "fix --kafka-config (librdkafka's setting names: "
+    "https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md)"
+)
+
+
+def kafka_settings(prog: str, pairs: list[str]) -> dict[str, str]:
+    """``--kafka-config KEY=VALUE`` pairs as client settings, the SASL password
+    from the environment unless given; a malformed pair ends the command."""
+    try:
+        settings = parse_config_pairs(pairs)
+    except ValueError as exc:
+        raise SystemExit(f"{prog}: {exc}") from None
+    if "sasl.password" not in settings and os.environ.get(SASL_PASSWORD_ENV):
+        settings["sasl.password"] = os.environ[SASL_PASSWORD_ENV]
+    return settings
+
+
+def check_kafka(
+    prog: str,
+    bootstrap_servers: str,
+    config: Mapping[str, str],
+    topic: str,
+    *,
+    topic_must_exist: bool = True,
+    timeout_seconds: float = CHECK_TIMEOUT_SECONDS,
+) -> None:
+    """Return once a broker of ``bootstrap_servers`` answers a metadata request
+    for ``topic`` (and, with ``topic_must_exist``, the topic exists); else end
+    the command with one line."""
+    errors = ClientErrors()
+    settings: dict[str, Any] = {
+        **config,
+        "bootstrap.servers": bootstrap_servers,
+        # A metadata request may create the topic on brokers with
+        # auto.create.topics.enable (the tansu broker too): asking must not create it.
+        "allow.auto.create.topics": False,
+        # A TLS client talking to a plaintext listener hears nothing back; give
+        # up on the connection within the check, not after librdkafka's 30 s.
+        "socket.connection.setup.timeout.ms": int(timeout_seconds * 1000) // 2,
+        **errors.callbacks(),
+    }
+    try:
+        admin = AdminClient(settings)
+    except KafkaException as exc:
+        fail(prog, f"invalid Kafka client setting: {exc.args[0].str()}", SETTINGS_TODO)
+    except (ValueError, TypeError) as exc:
+        fail(prog, f"invalid Kafka client setting: {exc}", SETTINGS_TODO)
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            metadata = admin.list_topics(topic, timeout=_SLICE_SECONDS)
+            break
+        except KafkaException:
+            admin.poll(0)  # serve error_cb and the log lines
+            if errors.refused or errors.brokers_down or time.monotonic() >= deadline:
+                _unreachable(prog, bootstrap_servers, errors, timeout_seconds)
+    found = metadata.topics.get(topic)
+    error = None if found is None else found.error
+    if found is None or (error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        if topic_must_exist:
+            fail(
+                prog,
+                f"topic {topic} does not exist on {bootstrap_servers}",
+                f"create it (kafka-topics.sh --bootstrap-server {bootstrap_servers} --create --topic "
+                f"{topic}) or check --topic",
+            )
+        return
+    if error is not None:
+        fail(
+            prog,
+            f"cannot use topic {topic} on {bootstrap_servers}: {error.str()}",
+            "check the topic's ACLs for this client's principal, or --topic",
+        )
+
+
+def _unreachable(prog: str, bootstrap_servers: str, errors: ClientErrors, timeout_seconds: float) -> NoReturn:
+    cause = errors.cause() or f"no answer within {timeout_seconds:g}s"
+    if errors.refused:
+        fail(
+            prog,
+            f"Kafka at {bootstrap_servers} refused the client: {cause}",
+            "check sasl.mechanism and sasl.username (--kafka-config) and the password "
+            "(sasl.password, or env FENCEWATCH_KAFKA_SASL_PASSWORD)",
+        )
+    if "_SSL" in errors.errors or "SSL" in cause:
+        fail(
+            prog,
+            f"TLS with Kafka at {bootstrap_servers} failed: {cause}",
+            "check that security.protocol (--kafka-config) matches the broker's listener "
+            "(SSL or PLAINTEXT) and that ssl.ca.location names its CA",
+        )
+    if "_RESOLVE" in errors.errors:
+        fail(
+            prog,
+            f"cannot resolve the Kafka host in {bootstrap_servers}: {cause}",
+            "check --bootstrap-servers",
+        )
+    fail(
+        prog,
+        f"cannot reach Kafka at {bootstrap_servers}: {cause}",
+        "check --bootstrap-servers and that the brokers are up; with TLS or SASL, that "
+        "security.protocol (--kafka-config) matches the broker's listener",
+    )
