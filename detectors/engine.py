@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -59,12 +59,36 @@ from detectors.requests import (
     update_metadata,
 )
 from detectors.rules.base import Deferred
-from detectors.stats import cluster_snapshot
+from detectors.stats import UnverifiedReason, cluster_snapshot
 from detectors.view import PartitionState, own_topic_key
 
 Judgment = Callable[[], None]
 
-TOO_LATE = "too late: its grace window had closed when it arrived"
+# A pending judgment as plain data, without the cluster state it judges:
+# ``(due_ms, ts_ms, arrival, judge, event, facts)``; it runs as ``judge(cs, event, *facts)``
+# (rules.base.Deferred), in (due_ms, ts_ms, arrival) order.
+#
+# What it references, and why it can be pickled apart from the detector: ``judge``
+# is a module-level rule function (pickled by name); ``event`` is the event
+# without its body, a frozen Envelope made for this record alone (_without_body),
+# shared only by the judgments of the same record, which are scheduled together
+# and so stored together; ``facts`` are frozen values parsed from that record
+# (Header, PartitionOutcome, StopReplica, AlterPartition, ints, bools), except
+# rules.remote._judge_delete's Segment, which rules.remote.ingest removes from
+# ``cs.remote`` as it schedules the judgment, so the judgment is its only holder.
+# The cluster state ``cs`` itself, which every queued judgment is bound to, is
+# left out and bound again on restore (Detector.keep_pending_apart).
+PendingJudgment = tuple[int, int, int, Callable[..., None], Envelope, tuple[Any, ...]]
+
+TOO_LATE = UnverifiedReason.TOO_LATE
+
+
+def _plain(entry: tuple[int, int, int, Judgment]) -> PendingJudgment:
+    """A queued judgment without the cluster state it is bound to (see PendingJudgment)."""
+    due_ms, ts_ms, arrival, judgment = entry
+    assert isinstance(judgment, partial) and not judgment.keywords
+    _cs, event, *facts = judgment.args
+    return (due_ms, ts_ms, arrival, judgment.func, event, tuple(facts))
 
 
 def wall_clock_ms() -> int:
@@ -80,6 +104,23 @@ def _without_body(env: Envelope) -> Envelope:
 _REQUEST_EVENT_KEYS = {api_key: f"request:{name}" for api_key, name in API_NAMES.items()}
 
 
+@dataclass
+class PendingChanges:
+    """What changed in a cluster's pending judgments since the last look
+    (Detector.pending_changes), for a store that keeps them apart."""
+
+    scheduled: list[PendingJudgment] = field(default_factory=list)  # still waiting
+    decided: list[int] = field(default_factory=list)  # arrivals of judgments scheduled before the last look
+
+
+@dataclass
+class _Journal:
+    """Heap entries pushed and arrivals popped since the last look."""
+
+    pushed: list[tuple[int, int, int, Judgment]] = field(default_factory=list)
+    popped: list[int] = field(default_factory=list)
+
+
 class _Cluster(ClusterState):
     """A cluster's state plus its own watermark and pending judgments."""
 
@@ -87,6 +128,8 @@ class _Cluster(ClusterState):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.max_ts_ms: int | None = None
         self.pending: list[tuple[int, int, int, Judgment]] = []
+        # Set while the pending judgments are kept apart from pickles of this state.
+        self.journal: _Journal | None = None
         self.expired_at_ms = 0
         self._start_redelivery_state()
 
@@ -105,9 +148,18 @@ class _Cluster(ClusterState):
         and the metadata log resumes after the last offset that release applied."""
         self.__dict__.update(state)
         self.__dict__.setdefault("bucket", WHOLE)
+        self.__dict__.setdefault("journal", None)
         if "metadata_log" not in state:
             self._start_redelivery_state()
             self.metadata_log.last = state["view"].__dict__.pop("last_metadata_offset", None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.journal is None:
+            return self.__dict__
+        # Kept apart (Detector.keep_pending_apart): their store holds them, so a
+        # snapshot of the rest need not carry them. Restored, the state has none
+        # until keep_pending_apart puts the stored ones back.
+        return {**self.__dict__, "pending": [], "journal": None}
 
     def ordered_log(self, env: Envelope) -> OffsetOrder | None:
         """The offset-ordered log ``env`` belongs to, if it carries its offset."""
@@ -262,7 +314,10 @@ class Detector:
         for judge, facts in judgments:
             self._arrivals += 1
             judgment: Judgment = partial(judge, cs, lean, *facts)
-            heapq.heappush(cs.pending, (due, env.ts_ms, self._arrivals, judgment))
+            entry = (due, env.ts_ms, self._arrivals, judgment)
+            heapq.heappush(cs.pending, entry)
+            if cs.journal is not None:
+                cs.journal.pushed.append(entry)
 
     def dead_letter(self, letter: DeadLetter) -> None:
         """Count a record that could not be used, by its class."""
@@ -294,6 +349,37 @@ class Detector:
         """Judgments and held records waiting for the watermark."""
         return sum(len(cs.pending) + cs.held_count() for cs in self.clusters.values())
 
+    def keep_pending_apart(self, cluster: str, stored: Iterable[PendingJudgment]) -> None:
+        """From now on pickles of this detector leave ``cluster``'s pending
+        judgments out, for a store that keeps them apart and writes what
+        :meth:`pending_changes` reports. ``stored``: the judgments that store
+        holds, queued again here. Judgments already queued (restored from a
+        snapshot that carried them) are not in the store yet: the first
+        :meth:`pending_changes` reports them as scheduled."""
+        cs = self.cluster(cluster)
+        assert cs.journal is None, f"{cluster}: pending judgments already kept apart"
+        journal = _Journal(pushed=list(cs.pending))
+        for due_ms, ts_ms, arrival, judge, event, facts in stored:
+            cs.pending.append((due_ms, ts_ms, arrival, partial(judge, cs, event, *facts)))
+        heapq.heapify(cs.pending)
+        cs.journal = journal
+
+    def pending_changes(self, cluster: str) -> PendingChanges:
+        """The judgments of ``cluster`` scheduled since the last call (or since
+        :meth:`keep_pending_apart`) and still waiting, and the arrivals of those
+        decided since then that were scheduled before. A judgment both scheduled
+        and decided in between appears in neither."""
+        cs = self.clusters[cluster]
+        journal = cs.journal
+        assert journal is not None, f"{cluster}: pending judgments are not kept apart"
+        cs.journal = _Journal()
+        decided = set(journal.popped)
+        pushed = {entry[2] for entry in journal.pushed}
+        return PendingChanges(
+            [_plain(entry) for entry in journal.pushed if entry[2] not in decided],
+            [arrival for arrival in journal.popped if arrival not in pushed],
+        )
+
     def _release(self, cs: _Cluster, watermark_ms: int | None, letters: list[DeadLetter]) -> None:
         """Apply the held records of the offset-ordered logs that are due."""
         for log in (cs.metadata_log, cs.remote_log):
@@ -304,9 +390,11 @@ class Detector:
 
     def _judge_due(self, cs: _Cluster, watermark_ms: int | None, letters: list[DeadLetter]) -> None:
         self._release(cs, watermark_ms, letters)
-        pending = cs.pending
+        pending, journal = cs.pending, cs.journal
         while pending and (watermark_ms is None or pending[0][0] <= watermark_ms):
-            _, _, _, judgment = heapq.heappop(pending)
+            _, _, arrival, judgment = heapq.heappop(pending)
+            if journal is not None:
+                journal.popped.append(arrival)
             try:
                 judgment()
             except Unverified as exc:

@@ -30,12 +30,13 @@ from detectors.engine import Detector
 from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, parse_envelope
 from detectors.gc_tuning import collector_paused, tune_for_detector
 from streaming import snapshot_format
+from streaming.pending_store import PENDING_KEY_SCHEMA, PENDING_VALUE_SCHEMA, PendingStore
 from streaming.routing import decode_key
 from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row, stats_row
 from streaming.state import DETECTOR_SCHEMA, PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA, PartitionStore
 
-# Detectors this worker process already holds: (query scope, key) -> (version, detector).
-_LIVE: dict[tuple[str, str], tuple[int, Detector]] = {}
+# What this worker process already holds: (query scope, key) -> (version, detector, pending store).
+_LIVE: dict[tuple[str, str], tuple[int, Detector, PendingStore]] = {}
 
 
 class DetectorProcessor(StatefulProcessor):
@@ -54,35 +55,47 @@ class DetectorProcessor(StatefulProcessor):
         self.handle = handle
         self.snapshot = handle.getValueState("detector", DETECTOR_SCHEMA)
         self.partitions = handle.getMapState("partitions", PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA)
+        self.pending = handle.getMapState("pending", PENDING_KEY_SCHEMA, PENDING_VALUE_SCHEMA)
 
     # ---- state ---------------------------------------------------------------------------------
 
-    def _load(self, key: str) -> tuple[str, int, Detector]:
-        """The key's cluster, state version and detector."""
+    def _load(self, key: str) -> tuple[str, int, Detector, PendingStore]:
+        """The key's cluster, state version, detector and pending-judgment store."""
         cluster, index = decode_key(key, self.buckets)
         stored = self.snapshot.get()
         version = int(stored[0]) if stored is not None else 0
         live = _LIVE.get((self.scope, key))
-        if live is not None and live[0] == version:
+        cached = live is not None and live[0] == version
+        pending = live[2] if live is not None and cached else PendingStore()
+        # Each task has its own state client: a cached store still holds the previous task's.
+        pending.attach(self.pending)
+        if live is not None and cached:
             detector = live[1]
-        elif stored is not None:
-            with collector_paused():
-                detector = snapshot_format.decode(stored[1])
         else:
-            detector = Detector(self.config, bucket=Bucket(index, self.buckets))
-            detector.cluster(cluster).view.partitions = PartitionStore()
+            if stored is not None:
+                with collector_paused():
+                    detector = snapshot_format.decode(stored[1])
+            else:
+                detector = Detector(self.config, bucket=Bucket(index, self.buckets))
+                detector.cluster(cluster).view.partitions = PartitionStore()
+            with collector_paused():
+                stored_judgments = pending.load()
+            # A snapshot of state format 0 or 1 still carries its judgments: they are
+            # queued already, and written to the pending store at the next save.
+            detector.keep_pending_apart(cluster, stored_judgments)
         store = detector.cluster(cluster).view.partitions
         assert isinstance(store, PartitionStore)
         store.attach(self.partitions)
-        return cluster, version, detector
+        return cluster, version, detector, pending
 
-    def _save(self, key: str, cluster: str, version: int, detector: Detector) -> int:
+    def _save(self, key: str, cluster: str, version: int, detector: Detector, pending: PendingStore) -> int:
         store = detector.cluster(cluster).view.partitions
         assert isinstance(store, PartitionStore)
         store.flush()
         version += 1
+        pending.save(version, detector.pending_changes(cluster))
         self.snapshot.update((version, snapshot_format.encode(detector)))
-        _LIVE[(self.scope, key)] = (version, detector)
+        _LIVE[(self.scope, key)] = (version, detector, pending)
         return version
 
     @staticmethod
@@ -101,7 +114,7 @@ class DetectorProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        cluster, version, detector = self._load(key[0])
+        cluster, version, detector, pending = self._load(key[0])
         out: list[dict[str, Any]] = []
         batch = pd.concat(list(rows), ignore_index=True).sort_values(["partition", "offset"], kind="stable")
         # Plain lists: iterating numpy scalars costs several times more per row.
@@ -138,7 +151,7 @@ class DetectorProcessor(StatefulProcessor):
                 else:  # a held record released now: its letter names its own position
                     out.append(dead_letter_row(cluster, letter, None, None))
             out.extend(alert_row(a) for a in detector.drain())
-        version = self._save(key[0], cluster, version, detector)
+        version = self._save(key[0], cluster, version, detector, pending)
         self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs())
         out.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(out, columns=OUTPUT_COLUMNS)
@@ -146,10 +159,10 @@ class DetectorProcessor(StatefulProcessor):
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        cluster, version, detector = self._load(key[0])
+        cluster, version, detector, pending = self._load(key[0])
         rows = [dead_letter_row(cluster, letter, None, None) for letter in detector.flush()]
         rows.extend(alert_row(a) for a in detector.drain())
-        version = self._save(key[0], cluster, version, detector)
+        version = self._save(key[0], cluster, version, detector, pending)
         rows.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 

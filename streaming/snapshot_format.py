@@ -8,6 +8,16 @@ written up to c80c2e7 (they load as before, restored by the classes'
 knows is refused with a message saying what to do, instead of failing somewhere
 inside unpickling with an attribute error.
 
+The formats:
+
+- 0: bare pickles (up to c80c2e7); 1: the same pickles behind the header.
+- 2: a bucket's pending judgments live in their own state variable
+  (streaming.pending_store), and its detector value no longer carries them.
+  Format 0 and 1 detectors still do: they load with their judgments queued,
+  and the operator moves them to the pending store at its next save. The
+  number is raised so that a release reading format 1 at most refuses such a
+  checkpoint instead of loading its detectors without their judgments.
+
 When the state's shape changes in a way old pickles cannot follow, raise
 ``FORMAT``, keep the old reader as a migration here, and add a checkpoint
 written by the previous release under tests/data/upgrade.
@@ -19,7 +29,7 @@ import pickle
 from typing import Any
 
 MAGIC = b"FWS"
-FORMAT = 1
+FORMAT = 2
 _HEADER = MAGIC + bytes([FORMAT])
 
 
@@ -36,10 +46,10 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
     if view[:3] != MAGIC:
         return pickle.loads(view)  # format 0: a bare pickle, written up to c80c2e7
     written = view[3]
-    if written != FORMAT:
+    if written > FORMAT:
         raise StateFormatError(
             f"the checkpoint's state is in format {written}, written by a newer fencewatch; this "
             f"release reads formats 0 to {FORMAT}: run the release that wrote it, or start again "
             "with a new --checkpoint directory"
         )
-    return pickle.loads(view[4:])
+    return pickle.loads(view[4:])  # formats 1 and 2 differ in what the operator stores, not in bytes

@@ -1,15 +1,17 @@
 """The detector's state inside Spark's state store.
 
-Per cluster (the grouping key), two state variables:
+Per bucket of a cluster (the grouping key), three state variables:
 
 - ``partitions``: a MapState from ``(topic key, partition)`` to that
   partition's pickled view history. Only the partitions a micro-batch touches
   are read and written, so batch time follows the batch, not the number of
   partitions tracked.
+- ``pending``: a MapState of the judgments waiting for their grace window,
+  written per micro-batch as it changes them (streaming.pending_store).
 - ``detector``: a ValueState with everything else (brokers, topics, quorum,
-  remote segments, pending judgments), pickled, and a version number.
+  remote segments), pickled, and a version number.
 
-Both are written in a versioned format (streaming.snapshot_format).
+All are written in a versioned format (streaming.snapshot_format).
 
 A Python worker keeps the unpickled detector between batches and reuses it
 while the stored version matches; after a restart or a retried batch the
