@@ -5,32 +5,15 @@ run the store on Spark's real MapState."""
 from __future__ import annotations
 
 import pickle
-from typing import Any
 
 from detectors.alerts import Evidence
 from detectors.history import History
 from detectors.view import PartitionState
 from streaming import snapshot_format
 from streaming.state import PartitionStore
+from tests.unit.recording_map_state import RecordingMapState
 
 SOURCE = Evidence("view", "metadata", 0, None, 1, "mem:1", "partition record")
-
-
-class RecordingMapState:
-    def __init__(self) -> None:
-        self.values: dict[Any, tuple[bytes]] = {}
-        self.writes: list[tuple[str, Any]] = []
-
-    def getValue(self, key: Any) -> tuple[bytes] | None:
-        return self.values.get(key)  # None for a missing key, as Spark's MapState answers
-
-    def updateValue(self, key: Any, value: tuple[bytes]) -> None:
-        self.writes.append(("update", key))
-        self.values[key] = value
-
-    def removeKey(self, key: Any) -> None:
-        self.writes.append(("remove", key))
-        del self.values[key]
 
 
 def state(leader_epoch: int) -> PartitionState:

@@ -26,25 +26,9 @@ from streaming import snapshot_format
 from streaming.pending_store import JUDGMENTS, PendingStore
 from streaming.processor import DetectorProcessor
 from streaming.schema import ALERT, STATS
+from tests.unit.recording_map_state import RecordingMapState
 
 CLUSTER = "sim-1"  # the simulator's cluster; with one bucket, also the operator's key
-
-
-class RecordingMapState:
-    def __init__(self) -> None:
-        self.values: dict[Any, tuple[bytes]] = {}
-        self.writes: list[tuple[str, Any]] = []
-
-    def updateValue(self, key: Any, value: tuple[bytes]) -> None:
-        self.writes.append(("update", key))
-        self.values[key] = value
-
-    def removeKey(self, key: Any) -> None:
-        self.writes.append(("remove", key))
-        del self.values[key]
-
-    def iterator(self) -> Iterator[tuple[Any, tuple[bytes]]]:
-        return iter(list(self.values.items()))
 
 
 def attached(backend: RecordingMapState) -> PendingStore:
