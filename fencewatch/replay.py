@@ -260,8 +260,8 @@ def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict
             kinds.append((name, peek_kind(f)[0]))
     if _refused(prog, kinds):
         return 1
+    from fencewatch.spark_console import spark_log_path, start_spark
     from streaming.file_source import BackfillFailed, BackfillOptions, FilesOutOfOrder, backfill
-    from streaming.job import spark_session
 
     options = BackfillOptions(
         files=list(args.files),
@@ -278,25 +278,34 @@ def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict
     def progress(line: str) -> None:
         print(f"{prog}: {line}", file=sys.stderr, flush=True)
 
-    spark = spark_session(args.master, app_name="fencewatch-replay")
+    # Spark's and the JVM's output goes to a file (--verbose: the console), kept
+    # and named only when the batch failed in Spark; otherwise nothing in it matters.
+    log_file = None if args.verbose else spark_log_path(None, prog)
+    keep_log = True  # until the outcome is known: an unexpected error keeps it too
+    spark = start_spark(prog, args.master, log_file, app_name="fencewatch-replay")
     try:
         with sigterm_as_interrupt():
             result = backfill(spark, options, report_dead, None if args.no_progress else progress)
+        keep_log = False
     except KeyboardInterrupt:
+        keep_log = False
         print(f"{prog}: stopped by a signal; nothing was judged", file=sys.stderr)
         return 130
     except FilesOutOfOrder as exc:
+        keep_log = False
         print(
             f"{prog}: {exc} -- name the pieces in order, concatenate the files, or use --engine python",
             file=sys.stderr,
         )
         return 1
     except BackfillFailed as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}" + (f" (Spark's log: {log_file})" if log_file else ""), file=sys.stderr)
         return 1
     finally:
         spark.stop()
         dead_out.close()
+        if log_file is not None and not keep_log:
+            os.remove(log_file)
     out = sys.stdout
     for alert in result.alerts:
         out.write(alert + "\n")

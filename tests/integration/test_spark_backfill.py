@@ -208,11 +208,15 @@ def test_files_that_overlap_in_time_are_refused(spark, history, tmp_path: Path):
 
 def test_command_line(history, tmp_path: Path):
     """``fencewatch replay --engine spark`` as a user runs it: its own Spark,
-    progress on stderr, the alerts on stdout; a missing file is one line."""
+    progress on stderr, the alerts on stdout; a missing file is one line;
+    Spark's and the JVM's output only in a log file, removed once the batch succeeded."""
     _, path = history
+    own_tmp = tmp_path / "tmp"
+    own_tmp.mkdir()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        "TMPDIR": str(own_tmp),  # where the command puts Spark's log
     }
     command = [sys.executable, "-m", "fencewatch.cli", "replay", "--engine", "spark", "--buckets", "3"]
     missing = subprocess.run(
@@ -231,3 +235,6 @@ def test_command_line(history, tmp_path: Path):
     assert by_id(parse(done.stdout)) == by_id(alerts)
     assert "fencewatch replay: " in done.stderr and "1 batch done: 20000 lines" in done.stderr
     assert done.stderr.endswith(summary)
+    own_lines = done.stderr[: -len(summary)].splitlines()
+    assert own_lines and all(line.startswith("fencewatch replay: ") for line in own_lines), own_lines
+    assert not list(own_tmp.glob("fencewatch-replay-*.log"))
