@@ -58,8 +58,9 @@ def add_parser(sub: Any) -> None:
     listing = actions.add_parser(
         "parked",
         help="list parked alerts with their last answer",
-        description="One line per parked alert: endpoint, alert id, rule, why it was parked, attempts, "
-        "when, and the last answer (HTTP status and body excerpt, or the error).",
+        description="One line per parked alert: endpoint, alert id, rule, status (firing or resolved), "
+        "why it was parked, attempts, when, and the last answer (HTTP status and body excerpt, or the "
+        "error).",
     )
     resend = actions.add_parser(
         "resend",
@@ -154,6 +155,7 @@ def _as_dict(row: ParkedRow) -> dict[str, Any]:
         "endpoint": row.endpoint,
         "alert_id": row.alert_id,
         "rule": row.rule,
+        "status": row.status,
         "reason": row.reason,
         "attempts": row.attempts,
         "enqueued_at": _utc(row.enqueued_at),
@@ -165,12 +167,13 @@ def _as_dict(row: ParkedRow) -> dict[str, Any]:
 
 
 def _print_table(rows: list[ParkedRow]) -> None:
-    header = ("ENDPOINT", "ALERT ID", "RULE", "REASON", "ATTEMPTS", "PARKED AT", "LAST ANSWER")
+    header = ("ENDPOINT", "ALERT ID", "RULE", "STATUS", "REASON", "ATTEMPTS", "PARKED AT", "LAST ANSWER")
     lines = [
         (
             row.endpoint,
             row.alert_id,
             row.rule or "-",
+            row.status or "-",
             row.reason,
             str(row.attempts),
             _utc(row.parked_at),

@@ -36,6 +36,8 @@ from typing import Any
 
 import orjson
 
+from detectors.alerts import FIRING
+
 PENDING = "pending"
 DELIVERED = "delivered"
 PARKED = "parked"
@@ -126,6 +128,7 @@ class ParkedRow:
     endpoint: str
     alert_id: str
     rule: str | None
+    status: str | None  # firing or resolved (SPEC 3); None where the stored alert is not an object
     reason: str
     attempts: int
     enqueued_at: float
@@ -375,10 +378,13 @@ def _parked_row(
     except orjson.JSONDecodeError:
         alert = None
     rule = alert.get("rule") if isinstance(alert, dict) else None
+    # An alert without a status is a firing one, as detectors.render reads it.
+    status = alert.get("status", FIRING) if isinstance(alert, dict) else None
     return ParkedRow(
         endpoint=endpoint,
         alert_id=alert_id,
         rule=rule if isinstance(rule, str) else None,
+        status=status if isinstance(status, str) else None,
         reason=reason or "unknown",
         attempts=int(attempts),
         enqueued_at=float(enqueued_at),

@@ -44,12 +44,12 @@ def wait_for(predicate: Callable[[], bool], timeout_seconds: float = 15.0) -> No
         time.sleep(0.05)
 
 
-def alert(alert_id: str) -> dict[str, object]:
+def alert(alert_id: str, status: str = "firing") -> dict[str, object]:
     return {
         "alert_id": alert_id,
         "rule": "LEADER_INELIGIBLE_ELECTED",
         "severity": "critical",
-        "status": "firing",
+        "status": status,
         "cluster": "prod",
         "message": "broker 3 was elected leader while fenced",
     }
@@ -81,14 +81,21 @@ def test_parked_lists_the_row_and_resend_has_the_running_job_deliver_it(
 ) -> None:
     outbox = str(tmp_path / "outbox.sqlite")
     scripted.script("a-missing", Script(404, body="no hook at this path\n"))
-    running.enqueue([alert("a-missing"), alert("a-fine")])
+    running.enqueue([alert("a-missing", status="resolved"), alert("a-fine")])
     wait_for(lambda: running.outbox.states("oncall") == {"a-missing": PARKED, "a-fine": DELIVERED})
 
     listed = fencewatch("webhooks", "parked", "--outbox", outbox)
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()
-    assert header.split()[:4] == ["ENDPOINT", "ALERT", "ID", "RULE"]
-    assert row.split()[:5] == ["oncall", "a-missing", "LEADER_INELIGIBLE_ELECTED", "rejected", "1"]
+    assert header.split()[:5] == ["ENDPOINT", "ALERT", "ID", "RULE", "STATUS"]
+    assert row.split()[:6] == [
+        "oncall",
+        "a-missing",
+        "LEADER_INELIGIBLE_ELECTED",
+        "resolved",
+        "rejected",
+        "1",
+    ]
     assert "HTTP 404 no hook at this path" in row
     assert "a-fine" not in listed.stdout
     assert "1 parked alert(s)" in listed.stderr
@@ -96,11 +103,11 @@ def test_parked_lists_the_row_and_resend_has_the_running_job_deliver_it(
     as_json = fencewatch("webhooks", "parked", "--outbox", outbox, "--endpoint", "oncall", "--json")
     assert as_json.returncode == 0, as_json.stderr
     (record,) = [orjson.loads(line) for line in as_json.stdout.splitlines()]
-    assert {
-        k: record[k] for k in ("endpoint", "alert_id", "reason", "attempts", "last_status", "last_body")
-    } == {
+    shown = ("endpoint", "alert_id", "status", "reason", "attempts", "last_status", "last_body")
+    assert {k: record[k] for k in shown} == {
         "endpoint": "oncall",
         "alert_id": "a-missing",
+        "status": "resolved",
         "reason": "rejected",
         "attempts": 1,
         "last_status": 404,
