@@ -76,10 +76,13 @@ class RequestLogStats:
     records: int = 0
     dead_letters: int = 0
     record_lines: int = 0
-    continuation_lines: int = 0
     other_logger_lines: int = 0
     blank_lines: int = 0
     unrecognised_lines: int = 0
+
+    @property
+    def continuation_lines(self) -> int:
+        return self.record_lines - self.records - self.dead_letters
 
     @property
     def skipped_lines(self) -> int:
@@ -248,7 +251,6 @@ def _parse(
     def finish(entry: _Pending, ended_by: str) -> Envelope | DeadLetter:
         nonlocal seq
         counts.record_lines += entry.lines
-        counts.continuation_lines += entry.lines - 1
         item = _build(entry, ended_by, clock, source, cluster, node, seq)
         if isinstance(item, Envelope):
             counts.records += 1
@@ -259,7 +261,6 @@ def _parse(
 
     def too_large(entry: _Pending, last_line: int) -> DeadLetter:
         counts.record_lines += entry.lines
-        counts.continuation_lines += entry.lines - 1
         counts.dead_letters += 1
         what = f"the request entry of lines {entry.line_number}-{last_line}"
         reason = f"{too_large_reason(what, limit)}; only its start is kept, the rest is skipped"
@@ -281,7 +282,6 @@ def _parse(
             pending = None
         if skipped_tail is not None and not entry_starts:
             counts.record_lines += 1
-            counts.continuation_lines += 1
             # An over-long line's end is unknown: keep skipping until the next entry.
             skipped_tail = "" if long is not None else (skipped_tail + text)[-_TAIL_CHARS:]
             if skipped_tail.rstrip().endswith(REQUEST_LOGGER_SUFFIX):
@@ -295,7 +295,6 @@ def _parse(
                 yield too_large(pending, number)
                 pending = None
                 counts.record_lines += 1
-                counts.continuation_lines += 1
                 skipped_tail = ""
                 continue
             counts.record_lines += 1

@@ -42,8 +42,11 @@ def alert_line(alert: Mapping[str, Any]) -> str:
     return " ".join(f"{' '.join(parts)}: {alert['message']}".split())
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+def plural(n: int, noun: str) -> str:
+    """``1 alert``, ``2 alerts``, ``3 batches``."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun}es" if noun.endswith("ch") else f"{n} {noun}s"
 
 
 def tally(violations: int, resolutions: int) -> str:

@@ -60,15 +60,27 @@ def from_evidence(alert: Mapping[str, Any], grace_ms: int) -> Timeline:
     """The alert's evidence events on their lanes; no states."""
     lo, hi = _window(alert, grace_ms)
     marks = _evidence_marks(alert)
+    return _timeline(
+        alert,
+        lo,
+        hi,
+        grace_ms,
+        FROM_EVIDENCE,
+        marks=tuple(marks),
+        lanes=_lanes_of(marks, ()),
+    )
+
+
+def _timeline(alert: Mapping[str, Any], lo: int, hi: int, grace: int, source: str, **parts: Any) -> Timeline:
+    """A timeline of ``alert`` over [lo, hi] with what every kind of chart shares."""
     return Timeline(
         subject=_subject(alert),
         lo_ms=lo,
         hi_ms=hi,
-        grace_ms=grace_ms,
+        grace_ms=grace,
         violation_ms=int(alert["ts_ms"]),
-        source=FROM_EVIDENCE,
-        marks=tuple(marks),
-        lanes=_lanes_of(marks, ()),
+        source=source,
+        **parts,
     )
 
 
@@ -175,13 +187,12 @@ def _partition(
     for broker in sorted(brokers):
         spans += _fencing_spans(cs, broker, lo, hi, marks)
     node_lanes = [_node_lane(b) for b in sorted(brokers)]
-    return Timeline(
-        subject=_subject(alert),
-        lo_ms=lo,
-        hi_ms=hi,
-        grace_ms=grace,
-        violation_ms=int(alert["ts_ms"]),
-        source=FROM_VIEW,
+    return _timeline(
+        alert,
+        lo,
+        hi,
+        grace,
+        FROM_VIEW,
         epoch_name="leader epoch",
         epochs=tuple(epochs),
         spans=tuple(spans),
@@ -282,13 +293,12 @@ def _quorum(cs: ClusterState, alert: Mapping[str, Any], lo: int, hi: int, grace:
                 where = vote.evidence.position
                 text = f"node {voter} granted its vote to {vote.node} in epoch {epoch} ({where})"
                 marks.append(Mark(_node_lane(voter), vote.ts_ms, "record", text))
-    return Timeline(
-        subject=_subject(alert),
-        lo_ms=lo,
-        hi_ms=hi,
-        grace_ms=grace,
-        violation_ms=int(alert["ts_ms"]),
-        source=FROM_VIEW,
+    return _timeline(
+        alert,
+        lo,
+        hi,
+        grace,
+        FROM_VIEW,
         epoch_name="quorum epoch",
         epochs=tuple(epochs),
         spans=tuple(spans),
@@ -309,13 +319,12 @@ def _controller_epochs(cs: ClusterState, alert: Mapping[str, Any], lo: int, hi: 
         epochs.append(EpochStep(start, epoch, f"broker {node} accepted controller epoch {epoch}"))
         if evidence.ts_ms >= lo:
             marks.append(Mark(_node_lane(node), evidence.ts_ms, "record", _record_text(evidence)))
-    return Timeline(
-        subject=_subject(alert),
-        lo_ms=lo,
-        hi_ms=hi,
-        grace_ms=grace,
-        violation_ms=int(alert["ts_ms"]),
-        source=FROM_VIEW,
+    return _timeline(
+        alert,
+        lo,
+        hi,
+        grace,
+        FROM_VIEW,
         epoch_name=f"controller epoch at node {node}",
         epochs=tuple(epochs),
         marks=tuple(marks),

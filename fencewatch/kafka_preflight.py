@@ -5,7 +5,6 @@ retries and a Spark stack trace."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -15,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from fencewatch.options import fail
 from producers.client_errors import ClientErrors
-from producers.kafka_publisher import SASL_PASSWORD_ENV, parse_config_pairs
+from producers.kafka_publisher import parse_config_pairs, with_env_password
 
 CHECK_TIMEOUT_SECONDS = 10.0
 # list_topics blocks; in slices this long the client's errors are served between them.
@@ -33,9 +32,7 @@ def kafka_settings(prog: str, pairs: list[str]) -> dict[str, str]:
         settings = parse_config_pairs(pairs)
     except ValueError as exc:
         raise SystemExit(f"{prog}: {exc}") from None
-    if "sasl.password" not in settings and os.environ.get(SASL_PASSWORD_ENV):
-        settings["sasl.password"] = os.environ[SASL_PASSWORD_ENV]
-    return settings
+    return with_env_password(settings)
 
 
 def check_kafka(

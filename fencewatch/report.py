@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING
 
 from detectors.alerts import FIRING, STATUSES
 from detectors.config import DetectorConfig
@@ -125,52 +125,16 @@ def read_alerts(bootstrap_servers: str, topic: str, timeout_s: float) -> Iterato
     sink = TopicSink(bootstrap_servers, topic, {}, timeout_s)
     try:
         ends = sink.end_offsets()  # true ends even where ListOffsets lags (NOTES.md)
-    finally:
-        sink.close()
-    remaining = {p for p, end in ends.items() if end > 0}
-    if not remaining:
-        return
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "fencewatch-report",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(remaining)])
-        while remaining:
-            msg = consumer.poll(timeout_s)
-            if msg is None:
-                raise DeliveryFailed(
-                    f"timed out after {timeout_s:.0f}s reading topic {topic} up to offsets {ends}; "
-                    "check that the broker is reachable"
-                )
-            error = msg.error()
-            partition = msg.partition()
-            assert partition is not None
-            if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                remaining.discard(partition)
-                continue
-            if error is not None:
-                raise DeliveryFailed(
-                    f"reading topic {topic} failed: {error.str()}; check that you may Read it"
-                )
-            offset = msg.offset()
-            assert offset is not None
-            if offset >= ends[partition]:
-                remaining.discard(partition)
-                continue
-            if offset == ends[partition] - 1:
-                remaining.discard(partition)
+        starts = {p: OFFSET_BEGINNING for p, end in ends.items() if end > 0}
+        for msg in sink.read_back(starts, f"up to offsets {ends}", "you may Read it", ends):
+            where = f"{topic}/{msg.partition()}@{msg.offset()}"
             value = msg.value() or b""
             try:
-                yield f"{topic}/{partition}@{offset}", orjson.loads(value)
+                yield where, orjson.loads(value)
             except orjson.JSONDecodeError:
-                yield f"{topic}/{partition}@{offset}", value
+                yield where, value
     finally:
-        consumer.close()
+        sink.close()
 
 
 def not_an_alert(record: Any) -> str | None:

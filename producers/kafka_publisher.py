@@ -97,9 +97,15 @@ def producer_config(
     ``sasl.password`` comes from ``$FENCEWATCH_KAFKA_SASL_PASSWORD`` when
     ``extra`` does not set it (the environment keeps it out of ``ps`` output).
     """
-    env = os.environ if environ is None else environ
     config: dict[str, Any] = {**DEFAULT_PRODUCER_CONFIG, "bootstrap.servers": bootstrap_servers}
     config.update(extra or {})
+    return with_env_password(config, environ)
+
+
+def with_env_password(config: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``config`` with ``sasl.password`` from ``$FENCEWATCH_KAFKA_SASL_PASSWORD``
+    when it sets none (the environment keeps it out of ``ps`` output)."""
+    env = os.environ if environ is None else environ
     if "sasl.password" not in config and env.get(SASL_PASSWORD_ENV):
         config["sasl.password"] = env[SASL_PASSWORD_ENV]
     return config

@@ -84,6 +84,7 @@ from detectors.cluster import Counters
 from detectors.config import DetectorConfig
 from detectors.envelope import KINDS, MAX_TS_MS, DeadLetterClass, dumps
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, EXCERPT_BYTES, LongLine, over_limit
+from detectors.render import plural
 from streaming.bucket_layout import DEFAULT_BUCKETS, check_buckets
 from streaming.schema import ALERT, DEAD_LETTER, STATS
 
@@ -466,7 +467,7 @@ def backfill(
         if progress:
             size = sum(os.path.getsize(name) for name in options.files)
             progress(
-                f"reading {_plural(len(options.files), 'file')} ({size / 1e6:.1f} MB) on "
+                f"reading {plural(len(options.files), 'file')} ({size / 1e6:.1f} MB) on "
                 f"{spark.sparkContext.master}: "
                 f"{options.buckets} buckets per cluster, {partitions} state partitions"
             )
@@ -514,7 +515,7 @@ def _wait(
             )
             done = len([p for p in query.recentProgress if p.numInputRows])
             progress(
-                f"{time.monotonic() - started:.0f}s: {_plural(done, 'batch')} done; "
+                f"{time.monotonic() - started:.0f}s: {plural(done, 'batch')} done; "
                 f"{tasks or query.status['message'].lower()}"
             )
 
@@ -566,8 +567,8 @@ def _result(
     seconds = time.monotonic() - started
     if progress:
         progress(
-            f"{seconds:.0f}s: {_plural(len(batches), 'batch')} done: {_plural(lines, 'line')}, "
-            f"{_plural(len(output.alerts), 'alert')}, {_plural(output.dead_letters, 'dead letter')}"
+            f"{seconds:.0f}s: {plural(len(batches), 'batch')} done: {plural(lines, 'line')}, "
+            f"{plural(len(output.alerts), 'alert')}, {plural(output.dead_letters, 'dead letter')}"
         )
     return BackfillResult(
         alerts=[payload for _, _, payload in sorted(output.alerts)],
@@ -577,9 +578,3 @@ def _result(
         batches=len(batches),
         seconds=seconds,
     )
-
-
-def _plural(n: int, noun: str) -> str:
-    if n == 1:
-        return f"1 {noun}"
-    return f"{n} {noun}es" if noun.endswith("ch") else f"{n} {noun}s"

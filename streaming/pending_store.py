@@ -59,7 +59,6 @@ class PendingStore:
     def __init__(self) -> None:
         self._backend: MapState | None = None
         self._chunks: list[_Chunk] = []
-        self._lasts: list[int] = []
 
     def attach(self, backend: MapState) -> None:
         """Use ``backend`` from now on: each task has its own MapState client,
@@ -82,12 +81,12 @@ class PendingStore:
         orphans = sorted(set(records) - set(stored))
         assert not orphans, f"decided-arrival records of chunks that are not stored: {orphans}"
         waiting: list[PendingJudgment] = []
-        self._chunks, self._lasts = [], []
+        self._chunks = []
         for number in sorted(stored):
             judgments = stored[number]
             done = decided.get(number, set())
             rest = [j for j in judgments if j[2] not in done]
-            self._add(
+            self._chunks.append(
                 _Chunk(number, max(j[2] for j in judgments), len(rest), sorted(records.get(number, [])))
             )
             waiting.extend(rest)
@@ -99,7 +98,7 @@ class PendingStore:
         assert self._backend is not None, "PendingStore used before attach()"
         by_chunk: dict[int, list[int]] = {}
         for arrival in changes.decided:
-            i = bisect_left(self._lasts, arrival)
+            i = bisect_left(self._chunks, arrival, key=_last_arrival)
             assert i < len(self._chunks), f"decided judgment {arrival} is in no stored chunk"
             by_chunk.setdefault(i, []).append(arrival)
         finished = False
@@ -115,13 +114,14 @@ class PendingStore:
             finished = True
         if finished:
             self._chunks = [c for c in self._chunks if c.waiting]
-            self._lasts = [c.last_arrival for c in self._chunks]
         if changes.scheduled:
             self._backend.updateValue((version, JUDGMENTS), (snapshot_format.encode(changes.scheduled),))
             arrivals = [j[2] for j in changes.scheduled]
-            assert not self._lasts or min(arrivals) > self._lasts[-1], "judgments scheduled out of order"
-            self._add(_Chunk(version, max(arrivals), len(arrivals)))
+            assert not self._chunks or min(arrivals) > self._chunks[-1].last_arrival, (
+                "judgments scheduled out of order"
+            )
+            self._chunks.append(_Chunk(version, max(arrivals), len(arrivals)))
 
-    def _add(self, chunk: _Chunk) -> None:
-        self._chunks.append(chunk)
-        self._lasts.append(chunk.last_arrival)
+
+def _last_arrival(chunk: _Chunk) -> int:
+    return chunk.last_arrival

@@ -64,7 +64,10 @@ class DetectorProcessor(StatefulProcessor):
         cluster, index = decode_key(key, self.buckets)
         stored = self.snapshot.get()
         version = int(stored[0]) if stored is not None else 0
-        live = _LIVE.get((self.scope, key))
+        # Taken out, not read: a batch that fails after changing the detector must not
+        # leave it cached as the stored version, which Spark rolls back to for the retry.
+        # _save puts it back once the batch's state is written.
+        live = _LIVE.pop((self.scope, key), None)
         cached = live is not None and live[0] == version
         pending = live[2] if live is not None and cached else PendingStore()
         # Each task has its own state client: a cached store still holds the previous task's.

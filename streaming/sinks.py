@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
@@ -193,22 +193,35 @@ class TopicSink:
         self._delivered.update(ids)
 
     def _read_ids(self, starts: Mapping[int, int]) -> set[str]:
+        ids: set[str] = set()
+        purpose = "to find what a re-run batch already published"
+        for msg in self.read_back(starts, purpose, "the job may Read the topic"):
+            headers: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
+            ids.update(v.decode() for k, v in headers if k == ID_HEADER and v is not None)
+        return ids
+
+    def read_back(
+        self, starts: Mapping[int, int], purpose: str, may_read: str, ends: Mapping[int, int] | None = None
+    ) -> Iterator[Any]:
+        """The topic's messages from ``starts`` (partition -> offset; -2: the log
+        start) to each partition's end: its end-of-partition event, or the offset
+        before ``ends[partition]`` when given. ``purpose`` and ``may_read`` (who
+        must be allowed to Read) complete the error messages."""
         if not starts:
-            return set()
+            return
         consumer = self._consumer()
         consumer.assign([TopicPartition(self.topic, p, off) for p, off in starts.items()])
         # End-of-partition events come from fetch responses, whose high watermark is
         # right even where ListOffsets is not (the embedded broker, NOTES.md).
         remaining = set(starts)
-        ids: set[str] = set()
         try:
             while remaining:
                 msg = consumer.poll(self.timeout_s)
                 if msg is None:
                     raise DeliveryFailed(
                         f"timed out after {self.timeout_s:.0f}s reading topic {self.topic} back from "
-                        f"offsets {dict(starts)} (-2: the log start) to find what a re-run batch already "
-                        "published; check that the broker is reachable and the job may Read the topic"
+                        f"offsets {dict(starts)} (-2: the log start) {purpose}; check that the broker "
+                        f"is reachable and {may_read}"
                     )
                 error = msg.error()
                 if error is not None:
@@ -216,14 +229,18 @@ class TopicSink:
                         remaining.discard(msg.partition())
                         continue
                     raise DeliveryFailed(
-                        f"reading topic {self.topic} back failed: {error.str()}; check that the job may "
-                        "Read the topic"
+                        f"reading topic {self.topic} back failed: {error.str()}; check that {may_read}"
                     )
-                headers: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
-                ids.update(v.decode() for k, v in headers if k == ID_HEADER and v is not None)
+                if ends is not None:
+                    partition, offset = msg.partition(), msg.offset()
+                    assert partition is not None and offset is not None  # a message, not an event
+                    if offset >= ends[partition] - 1:
+                        remaining.discard(partition)
+                    if offset >= ends[partition]:
+                        continue
+                yield msg
         finally:
             consumer.unassign()
-        return ids
 
     def undelivered(self, rows: Iterable[Any]) -> list[Any]:
         """The rows whose ids this sink has not delivered."""

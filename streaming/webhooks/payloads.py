@@ -19,8 +19,7 @@ from typing import Any
 import orjson
 
 from detectors.alerts import FIRING, RESOLVED
-from detectors.render import alert_line
-from detectors.render import iso_utc as rfc3339
+from detectors.render import alert_line, iso_utc
 
 # Alertmanager's "not ended" endsAt: Go's zero time.
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -75,9 +74,9 @@ def alertmanager(alert: Mapping[str, Any], receiver: str, external_url: str = ""
     if status == RESOLVED:
         # A resolved alert's evidence holds the event that fired it: its start.
         evidence_ts = [int(e["ts_ms"]) for e in alert.get("evidence") or [] if e.get("ts_ms") is not None]
-        starts_at, ends_at = rfc3339(min([ts_ms, *evidence_ts])), rfc3339(ts_ms)
+        starts_at, ends_at = iso_utc(min([ts_ms, *evidence_ts])), iso_utc(ts_ms)
     else:
-        starts_at, ends_at = rfc3339(ts_ms), ZERO_TIME
+        starts_at, ends_at = iso_utc(ts_ms), ZERO_TIME
     fp = fingerprint(alert_labels)
     # One alert per notification: its group is the alert series, so a receiver
     # that keys incidents on groupKey resolves the one that fired.

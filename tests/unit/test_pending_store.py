@@ -148,7 +148,6 @@ def test_a_snapshot_carrying_its_judgments_hands_them_to_the_store():
     for env in envs[2000:2200]:
         detector.ingest(env)
     # The store held nothing: every judgment waiting, carried or new, is reported as scheduled.
-    assert carried[0] < waiting(detector)[-1]
     now_waiting = waiting(detector)
     changes = detector.pending_changes(CLUSTER)
     assert arrivals(changes.scheduled) == now_waiting and changes.decided == []
