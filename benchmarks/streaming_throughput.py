@@ -213,11 +213,14 @@ def per_million(cpu: dict[str, float], events: int) -> tuple[float, float]:
 
 
 def memory() -> dict[str, float]:
-    """RSS in MB: this driver process, the JVM(s), the Spark Python workers."""
-    mem = dict.fromkeys(("driver_py", "jvm", "py_workers"), 0.0)
+    """RSS in MB: this driver process, the JVM(s), the Spark Python workers
+    (summed: pages a forked worker still shares with the daemon count in each),
+    and how many Python worker processes there were."""
+    mem = dict.fromkeys(("driver_py", "jvm", "py_workers", "py_worker_count"), 0.0)
     for pid, role in process_roles():
         if role in mem:
             mem[role] += rss_mb(pid)
+        mem["py_worker_count"] += role == "py_workers"
     return mem
 
 
@@ -875,7 +878,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"(runs {' '.join(f'{d:.2f}' for d in durations)}; micro-batches per chunk {rows}); "
                     f"set-up {len(setup):,} records consumed in {setup_s:.0f} s; "
                     f"RSS MB driver-py {mem['driver_py']:,.0f} "
-                    f"JVM {mem['jvm']:,.0f} py-workers {mem['py_workers']:,.0f}",
+                    f"JVM {mem['jvm']:,.0f} py-workers {mem['py_workers']:,.0f} "
+                    f"({mem['py_worker_count']:.0f} processes)",
                 )
             )
             log(results[-1][1])

@@ -252,12 +252,11 @@ def read_files(spark: SparkSession, stage_uri: str, max_record_bytes: int) -> Da
 
 def query_settings(shuffle_partitions: int, split_bytes: int | None = None) -> dict[str, str]:
     """The session settings the backfill query runs under."""
-    from streaming.job import FILE_SYSTEM_CHECKPOINTS, ROCKSDB_PROVIDER
+    from streaming.job import FILE_SYSTEM_CHECKPOINTS, STATE_STORE_SETTINGS
 
     settings = {
         # As the job runs on a local checkpoint (streaming/job.py); ours is in $TMPDIR.
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        **STATE_STORE_SETTINGS,
         "spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS,
         # One data batch and no other: a no-data batch would only cost.
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",

@@ -33,7 +33,14 @@ from streaming import snapshot_format
 from streaming.pending_store import PENDING_KEY_SCHEMA, PENDING_VALUE_SCHEMA, PendingStore
 from streaming.routing import decode_key
 from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row, stats_row
-from streaming.state import DETECTOR_SCHEMA, PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA, PartitionStore
+from streaming.state import (
+    DETECTOR_SCHEMA,
+    GROUP_KEY_SCHEMA,
+    GROUP_VALUE_SCHEMA,
+    PARTITION_KEY_SCHEMA,
+    PARTITION_VALUE_SCHEMA,
+    PartitionStore,
+)
 
 # What this worker process already holds: (query scope, key) -> (version, detector, pending store).
 _LIVE: dict[tuple[str, str], tuple[int, Detector, PendingStore]] = {}
@@ -54,7 +61,11 @@ class DetectorProcessor(StatefulProcessor):
         tune_for_detector()  # this Python worker holds detectors from now on
         self.handle = handle
         self.snapshot = handle.getValueState("detector", DETECTOR_SCHEMA)
-        self.partitions = handle.getMapState("partitions", PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA)
+        self.partition_groups = handle.getMapState("partition_groups", GROUP_KEY_SCHEMA, GROUP_VALUE_SCHEMA)
+        # Where state formats 0 to 2 kept each partition's history; moved into groups on first load.
+        self.legacy_partitions = handle.getMapState(
+            "partitions", PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA
+        )
         self.pending = handle.getMapState("pending", PENDING_KEY_SCHEMA, PENDING_VALUE_SCHEMA)
 
     # ---- state ---------------------------------------------------------------------------------
@@ -72,12 +83,14 @@ class DetectorProcessor(StatefulProcessor):
         pending = live[2] if live is not None and cached else PendingStore()
         # Each task has its own state client: a cached store still holds the previous task's.
         pending.attach(self.pending)
+        legacy = False
         if live is not None and cached:
             detector = live[1]
         else:
             if stored is not None:
                 with collector_paused():
                     detector = snapshot_format.decode(stored[1])
+                legacy = snapshot_format.format_of(stored[1]) < snapshot_format.GROUPED_PARTITIONS
             else:
                 detector = Detector(self.config, bucket=Bucket(index, self.buckets))
                 detector.cluster(cluster).view.partitions = PartitionStore()
@@ -88,7 +101,12 @@ class DetectorProcessor(StatefulProcessor):
             detector.keep_pending_apart(cluster, stored_judgments)
         store = detector.cluster(cluster).view.partitions
         assert isinstance(store, PartitionStore)
-        store.attach(self.partitions)
+        store.attach(self.partition_groups, self.buckets)
+        if legacy:
+            # Written to groups at this batch's save, in the same state commit as the clear.
+            with collector_paused():
+                store.adopt(self.legacy_partitions.iterator())
+            self.legacy_partitions.clear()
         return cluster, version, detector, pending
 
     def _save(self, key: str, cluster: str, version: int, detector: Detector, pending: PendingStore) -> int:

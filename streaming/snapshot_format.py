@@ -17,6 +17,11 @@ The formats:
   and the operator moves them to the pending store at its next save. The
   number is raised so that a release reading format 1 at most refuses such a
   checkpoint instead of loading its detectors without their judgments.
+- 3: a bucket's partition histories are kept :data:`streaming.state.GROUP_SIZE`
+  to a state entry, in the ``partition_groups`` MapState, instead of one entry
+  per partition in ``partitions``. A bucket whose detector value is of an
+  earlier format has its ``partitions`` entries moved into groups when the
+  operator first loads it (streaming.state.PartitionStore.adopt).
 
 When the state's shape changes in a way old pickles cannot follow, raise
 ``FORMAT``, keep the old reader as a migration here, and add a checkpoint
@@ -29,7 +34,9 @@ import pickle
 from typing import Any
 
 MAGIC = b"FWS"
-FORMAT = 2
+FORMAT = 3
+# The first format that keeps partition histories in groups.
+GROUPED_PARTITIONS = 3
 _HEADER = MAGIC + bytes([FORMAT])
 
 
@@ -39,6 +46,12 @@ class StateFormatError(Exception):
 
 def encode(state: Any) -> bytes:
     return _HEADER + pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def format_of(data: bytes | bytearray | memoryview) -> int:
+    """The state format ``data`` was written in."""
+    view = memoryview(data)
+    return view[3] if view[:3] == MAGIC else 0
 
 
 def decode(data: bytes | bytearray | memoryview) -> Any:
@@ -52,4 +65,4 @@ def decode(data: bytes | bytearray | memoryview) -> Any:
             f"release reads formats 0 to {FORMAT}: run the release that wrote it, or start again "
             "with a new --checkpoint directory"
         )
-    return pickle.loads(view[4:])  # formats 1 and 2 differ in what the operator stores, not in bytes
+    return pickle.loads(view[4:])  # formats 1 to 3 differ in what the operator stores, not in bytes

@@ -2,16 +2,22 @@
 
 Per bucket of a cluster (the grouping key), three state variables:
 
-- ``partitions``: a MapState from ``(topic key, partition)`` to that
-  partition's pickled view history. Only the partitions a micro-batch touches
-  are read and written, so batch time follows the batch, not the number of
-  partitions tracked.
+- ``partition_groups``: a MapState from ``(topic key, group)`` to the pickled
+  view histories of up to :data:`GROUP_SIZE` of the bucket's partitions of
+  that topic (``group`` is the partition index divided by ``GROUP_SIZE`` times
+  the bucket count). Only the groups a micro-batch touches are read and
+  written, so batch time follows the batch, not the number of partitions
+  tracked; grouping makes a metadata snapshot of many partitions cost one
+  state call per group instead of per partition (docs/performance.md).
 - ``pending``: a MapState of the judgments waiting for their grace window,
   written per micro-batch as it changes them (streaming.pending_store).
 - ``detector``: a ValueState with everything else (brokers, topics, quorum,
   remote segments), pickled, and a version number.
 
-All are written in a versioned format (streaming.snapshot_format).
+All are written in a versioned format (streaming.snapshot_format). State
+formats 0 to 2 kept one entry per partition in the ``partitions`` MapState;
+the operator moves them into groups the first time it loads such a bucket
+(:meth:`PartitionStore.adopt`).
 
 A Python worker keeps the unpickled detector between batches and reuses it
 while the stored version matches; after a restart or a retried batch the
@@ -20,7 +26,8 @@ versions differ and the detector is reloaded from the store.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+import pickle
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import MapState
@@ -30,15 +37,23 @@ from detectors.history import History
 from detectors.view import PartitionKey, PartitionState
 from streaming import snapshot_format
 
+GROUP_KEY_SCHEMA = StructType([StructField("topic", StringType()), StructField("group", IntegerType())])
+GROUP_VALUE_SCHEMA = StructType([StructField("histories", BinaryType())])
+# State formats 0 to 2: one entry per partition (read only to move them into groups).
 PARTITION_KEY_SCHEMA = StructType(
     [StructField("topic", StringType()), StructField("partition", IntegerType())]
 )
 PARTITION_VALUE_SCHEMA = StructType([StructField("history", BinaryType())])
 DETECTOR_SCHEMA = StructType([StructField("version", LongType()), StructField("snapshot", BinaryType())])
 
+# A bucket's partitions per state entry. A group is read whole when any of its
+# partitions is, and written whole when any changes (metadata changes are rare
+# next to produce and fetch outcomes): 64 histories of a few hundred bytes each.
+GROUP_SIZE = 64
+
 _MISSING = object()
 
-
+GroupKey = tuple[str, int]
 Fingerprint = tuple[int, int, PartitionState] | None
 
 
@@ -59,38 +74,63 @@ def _same(a: Fingerprint, b: Fingerprint) -> bool:
 
 
 class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
-    """A dict-like view of the ``partitions`` MapState that reads lazily and,
-    when :meth:`flush` is called, writes back what changed.
+    """A dict-like view of the ``partition_groups`` MapState that reads lazily
+    and, when :meth:`flush` is called, writes back the groups that changed.
 
-    Rules read far more partitions than metadata changes: writing back only
-    changed histories saves a pickle and a state-server round trip per read."""
+    A group is kept as its members' pickled bytes; a history is unpickled only
+    when a rule reads it, and only for the batch: between batches the store
+    holds bytes, which the garbage collector does not scan (with a million
+    partitions' histories as objects, its full collections cost more than the
+    rules did; docs/performance.md). Rules read far more partitions than
+    metadata changes: writing back only changed histories saves a pickle and a
+    state-server round trip per read."""
 
-    # Histories kept in memory between batches; beyond this the cache is dropped
-    # after a flush, so a worker's memory does not grow with the partition count.
-    MAX_CACHED = 200_000
+    # Pickled histories held between batches; beyond this they are dropped after
+    # a flush, so a worker's memory does not grow with the partition count.
+    MAX_CACHED = 1_000_000
 
     def __init__(self) -> None:
         self._backend: MapState | None = None
+        self._span = GROUP_SIZE
+        self._groups: dict[GroupKey, dict[int, bytes]] = {}  # what the store holds, per loaded group
+        self._in_store: set[GroupKey] = set()  # loaded groups the state store has an entry for
+        # The histories read or set since the last flush.
         self._cache: dict[PartitionKey, History[PartitionState] | None] = {}
-        # What the state store holds for each cached key, as a fingerprint (None: nothing).
+        # What the state store holds for each of them, as a fingerprint (None: nothing).
         self._stored: dict[PartitionKey, Fingerprint] = {}
         self._touched: set[PartitionKey] = set()
 
-    def attach(self, backend: MapState) -> None:
+    def attach(self, backend: MapState, buckets: int) -> None:
+        """Use ``backend`` (each task has its own state client) for a bucket of
+        a cluster split into ``buckets``."""
         self._backend = backend
+        self._span = GROUP_SIZE * buckets
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled with the detector snapshot as an empty shell: the partitions live in MapState.
         return (PartitionStore, ())
 
+    def _group(self, key: PartitionKey) -> GroupKey:
+        return (key[0], key[1] // self._span)
+
+    def _members(self, group: GroupKey) -> dict[int, bytes]:
+        members = self._groups.get(group)
+        if members is None:
+            assert self._backend is not None, "PartitionStore used before attach()"
+            # One state-server round trip: getValue answers None for a key it does not hold.
+            value = self._backend.getValue(group)
+            members = snapshot_format.decode(value[0]) if value is not None else {}
+            self._groups[group] = members
+            if value is not None:
+                self._in_store.add(group)
+        return members
+
     def _load(self, key: PartitionKey) -> History[PartitionState] | None:
         cached = self._cache.get(key, _MISSING)
         if cached is not _MISSING:
             return cached  # type: ignore[return-value]
-        assert self._backend is not None, "PartitionStore used before attach()"
-        # One state-server round trip: getValue answers None for a key it does not hold.
-        value = self._backend.getValue(key)
-        history = snapshot_format.decode(value[0]) if value is not None else None
+        data = self._members(self._group(key)).get(key[1])
+        history = pickle.loads(data) if data is not None else None
         self._cache[key] = history
         self._stored[key] = _fingerprint(history)
         return history
@@ -128,23 +168,48 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
     def __len__(self) -> int:
         raise TypeError("the number of tracked partitions is not kept in memory")
 
+    def adopt(self, entries: Iterable[tuple[PartitionKey, tuple[bytes]]]) -> int:
+        """Take in the per-partition entries of state formats 0 to 2 (the
+        ``partitions`` MapState's items); the next flush writes them in groups.
+        Returns how many."""
+        count = 0
+        for (topic, partition), (data,) in entries:
+            self[(topic, partition)] = snapshot_format.decode(data)
+            count += 1
+        return count
+
     def flush(self) -> int:
-        """Write back every partition changed since the last flush. Returns how many."""
+        """Write back every group with a partition changed since the last
+        flush. Returns how many partitions changed."""
         assert self._backend is not None
+        changed: set[GroupKey] = set()
         written = 0
         for key in self._touched:
             history = self._cache.get(key)
             fingerprint = _fingerprint(history)
             if key in self._stored and _same(fingerprint, self._stored[key]):
                 continue
+            group = self._group(key)
+            members = self._members(group)
             if history is None:
-                self._backend.removeKey(key)
+                members.pop(key[1], None)
             else:
-                self._backend.updateValue(key, (snapshot_format.encode(history),))
+                members[key[1]] = pickle.dumps(history, protocol=pickle.HIGHEST_PROTOCOL)
             self._stored[key] = fingerprint
+            changed.add(group)
             written += 1
+        for group in changed:
+            members = self._groups[group]
+            if members:
+                self._backend.updateValue(group, (snapshot_format.encode(members),))
+                self._in_store.add(group)
+            elif group in self._in_store:
+                self._backend.removeKey(group)
+                self._in_store.discard(group)
         self._touched.clear()
-        if len(self._cache) > self.MAX_CACHED:
-            self._cache.clear()
-            self._stored.clear()
+        self._cache.clear()
+        self._stored.clear()
+        if sum(len(m) for m in self._groups.values()) > self.MAX_CACHED:
+            self._groups.clear()
+            self._in_store.clear()
         return written

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from test_job import job_options, publish, read_topic, replay_alerts, wait_for
-from test_upgrade_checkpoint import relocate
+from test_upgrade_checkpoint import relocate, state
 
 from producers.simulator import SimConfig, Simulator
 from streaming import snapshot_format
@@ -30,17 +30,6 @@ WAIT_SECONDS = 300
 
 def rows_read(query: Any) -> int:
     return sum(p["numInputRows"] for p in query.recentProgress)
-
-
-def state(spark: Any, checkpoint: str, variable: str) -> list[Any]:
-    """One state variable of every bucket, through Spark's state data source."""
-    return (
-        spark.read.format("statestore")
-        .option("path", checkpoint)
-        .option("stateVarName", variable)
-        .load()
-        .collect()
-    )
 
 
 def waiting_judgments(chunks: list[Any]) -> int:

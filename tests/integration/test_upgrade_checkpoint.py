@@ -1,14 +1,22 @@
-"""A checkpoint written by the previous release restores in this one.
+"""Checkpoints written by earlier releases restore in this one.
 
-``tests/data/upgrade/checkpoint-67519df/`` is the checkpoint of the streaming
-job at 67519df (state keyed by cluster, before buckets) after it read the
-first ``split`` records of a simulated history of two clusters; the JSON
-beside it says how it was made (``make_checkpoint.py``, which this test also
-imports to regenerate the same history). The job here restarts on a copy of
-it, over a topic of the same name holding the whole history at the same
-offsets, and must go on where the old job stopped: read only the rest, with
-the old job's state, and raise exactly what ``fencewatch replay`` raises on
-the whole history and had not raised on the first part.
+``tests/data/upgrade/checkpoint-<release>/`` is the checkpoint of the
+streaming job at ``release`` after it read the first ``split`` records of a
+simulated history of two clusters; the JSON beside it says how it was made
+(``make_checkpoint.py``, which this test also imports to regenerate the same
+history) and what the release wrote. One case per release in ``RELEASES``:
+
+- 67519df: state keyed by cluster, before buckets (it restores as one
+  bucket); state format 0, pending judgments inside the detector's pickle.
+- de81004: 8 buckets per cluster; state format 2, the ``detector`` ValueState,
+  the ``partitions`` MapState keyed (topic, partition) and the ``pending``
+  MapState.
+
+The job here restarts on a copy of one, over a topic of the same name holding
+the whole history at the same offsets, and must go on where the old job
+stopped: read only the rest, with the old job's state and its bucket count,
+and raise exactly what ``fencewatch replay`` raises on the whole history and
+had not raised on the first part.
 
 Judgments pending at the split: the old job was stopped before any idle
 flush (``idle_flushed_before_stop``), so its state holds the judgments still
@@ -28,23 +36,26 @@ import shutil
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
 from test_job import publish, read_topic, replay_alerts, wait_for
 from test_source_offsets_lost import recreate
 
+from streaming import snapshot_format
 from streaming.broker import EmbeddedBroker
+from streaming.bucket_layout import LAYOUT_FILE
 from streaming.job import JobOptions, start
 from streaming.kafka_source import partition_offsets
 from streaming.sinks import TopicSink
 
 pytestmark = pytest.mark.integration
 
-RELEASE = "67519df"
+# The releases whose checkpoints are under tests/data/upgrade: add the previous
+# release's whenever the state format is raised (streaming/snapshot_format.py).
+RELEASES = ("67519df", "de81004")
 DATA = Path(__file__).resolve().parents[1] / "data" / "upgrade"
-CHECKPOINT = DATA / f"checkpoint-{RELEASE}"
-FACTS = json.loads((DATA / f"checkpoint-{RELEASE}.json").read_text())
 WAIT_SECONDS = 300
 
 
@@ -74,6 +85,17 @@ def relocate(checkpoint: Path, written_at: str) -> list[str]:
     return rewritten
 
 
+def state(spark: Any, checkpoint: str, variable: str) -> list[Any]:
+    """One state variable (``stateVarName``) of every bucket, through Spark's state data source."""
+    return (
+        spark.read.format("statestore")
+        .option("path", checkpoint)
+        .option("stateVarName", variable)
+        .load()
+        .collect()
+    )
+
+
 def fresh_topic(broker: EmbeddedBroker, name: str, partitions: int) -> None:
     """``name`` empty, its offsets from 0: created, or recreated if an earlier
     run in this broker's session left it behind."""
@@ -101,15 +123,18 @@ def source_offset(progress: dict, field: str) -> dict[str, int] | None:
 
 
 @pytest.mark.timeout(600)
-def test_a_checkpoint_of_the_previous_release_resumes_with_its_state(
-    spark, broker: EmbeddedBroker, make_topic, tmp_path: Path
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_checkpoint_of_an_earlier_release_resumes_with_its_state(
+    release: str, spark, broker: EmbeddedBroker, make_topic, tmp_path: Path
 ) -> None:
+    written = json.loads((DATA / f"checkpoint-{release}.json").read_text())
+    assert written["written_by"] == release, written["written_by"]
     writer = load_writer()
-    events, _ = writer.history(FACTS["history"])
-    split, consumed = FACTS["split"], FACTS["consumed"]
+    events, _ = writer.history(written["history"])
+    split, consumed = written["split"], written["consumed"]
     records = writer.records(events)
-    assert len(events) == FACTS["events"]
-    assert writer.digest(records) == FACTS["records_sha256"]["whole"], (
+    assert len(events) == written["events"]
+    assert writer.digest(records) == written["records_sha256"]["whole"], (
         "the simulator no longer produces the history the checkpoint was written from: "
         "regenerate it with make_checkpoint.py on the release it names"
     )
@@ -120,18 +145,22 @@ def test_a_checkpoint_of_the_previous_release_resumes_with_its_state(
     expected = set(whole) - set(first_part)
     facts = writer.split_facts(events, split)
     assert writer.robust(facts), f"the split at {split} is not robust with this detector: {facts}"
-    assert set(first_part) == set(FACTS["alerts_emitted_by_old_job"]), (
+    assert set(first_part) == set(written["alerts_emitted_by_old_job"]), (
         "replay of the first part no longer raises the alerts the old job raised: alert ids changed "
-        f"between releases (now {sorted(first_part)}, then {FACTS['alerts_emitted_by_old_job']})"
+        f"between releases (now {sorted(first_part)}, then {written['alerts_emitted_by_old_job']})"
     )
     needs_state = set(facts["needs_first_part_state"])
     assert expected and needs_state <= expected
 
     checkpoint = tmp_path / "ck"
-    shutil.copytree(CHECKPOINT, checkpoint)
-    assert relocate(checkpoint, FACTS["written_at"]) == FACTS["files_naming_the_write_directory"]
-    topic = FACTS["source_topic"]
-    fresh_topic(broker, topic, FACTS["source_partitions"])
+    shutil.copytree(DATA / f"checkpoint-{release}", checkpoint)
+    assert relocate(checkpoint, written["written_at"]) == written["files_naming_the_write_directory"]
+    stored_partitions = {
+        (row.user_map_key.topic, row.user_map_key.partition)
+        for row in state(spark, str(checkpoint), "partitions")
+    }
+    topic = written["source_topic"]
+    fresh_topic(broker, topic, written["source_partitions"])
     publish(broker, topic, records[:split])
     assert end_offsets(broker, topic) == consumed, (
         f"the first part did not land at the offsets the old job read ({consumed}): the restored "
@@ -166,9 +195,9 @@ def test_a_checkpoint_of_the_previous_release_resumes_with_its_state(
 
         wait_for(lambda: bool(data_batches()), query, WAIT_SECONDS, "the first batch after the restart")
         resumed = data_batches()[0]
-        assert resumed["batchId"] == FACTS["last_batch_id"] + 1, (
+        assert resumed["batchId"] == written["last_batch_id"] + 1, (
             f"the restarted query ran batch {resumed['batchId']} first, not "
-            f"{FACTS['last_batch_id'] + 1}: it did not resume the checkpoint's logs"
+            f"{written['last_batch_id'] + 1}: it did not resume the checkpoint's logs"
         )
         assert source_offset(resumed, "startOffset") == consumed, (
             f"the restarted query read from {source_offset(resumed, 'startOffset')}, not from where the "
@@ -210,3 +239,20 @@ def test_a_checkpoint_of_the_previous_release_resumes_with_its_state(
     )
     assert not missing and not extra, f"missing {missing}, extra {extra}"
     assert read_topic(broker, options.dead_letter_topic) == []
+    # A checkpoint from before buckets runs on as one bucket, and records that.
+    layout = json.loads((checkpoint / LAYOUT_FILE).read_text())
+    assert layout["buckets"] == (written["buckets"] or 1), (
+        f"the restarted job recorded {layout['buckets']} buckets for a checkpoint written with "
+        f"{written['buckets']}: it did not keep the checkpoint's layout"
+    )
+    # The partition histories of state formats before 3 were moved into groups.
+    assert state(spark, str(checkpoint), "partitions") == []
+    grouped = {
+        (row.user_map_key.topic, partition)
+        for row in state(spark, str(checkpoint), "partition_groups")
+        for partition in snapshot_format.decode(row.user_map_value.histories)
+    }
+    assert stored_partitions and grouped >= stored_partitions, (
+        f"of the {len(stored_partitions)} partitions the old job stored, "
+        f"{len(stored_partitions - grouped)} are in no group after the restart"
+    )

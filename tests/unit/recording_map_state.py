@@ -1,5 +1,5 @@
 """A dict standing in for Spark's MapState in the stores' unit tests, recording
-every write so a test can assert what a batch wrote (the real MapState is
+every read and write so a test can assert what a batch wrote (the real MapState is
 exercised by the Spark tests: test_job.py, test_pending_state.py)."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ class RecordingMapState:
     def __init__(self) -> None:
         self.values: dict[Any, tuple[bytes]] = {}
         self.writes: list[tuple[str, Any]] = []
+        self.reads: list[Any] = []
 
     def getValue(self, key: Any) -> tuple[bytes] | None:
+        self.reads.append(key)
         return self.values.get(key)  # None for a missing key, as Spark's MapState answers
 
     def updateValue(self, key: Any, value: tuple[bytes]) -> None:

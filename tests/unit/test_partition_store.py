@@ -1,5 +1,6 @@
-"""PartitionStore writes back exactly the partition histories that changed.
-The backend here is a dict with the three MapState calls the store makes; the integration tests
+"""PartitionStore keeps a bucket's partition histories GROUP_SIZE to a state
+entry and writes back exactly the groups whose histories changed. The backend
+here is a dict with the MapState calls the store makes; the integration tests
 run the store on Spark's real MapState."""
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from detectors.alerts import Evidence
 from detectors.history import History
 from detectors.view import PartitionState
 from streaming import snapshot_format
-from streaming.state import PartitionStore
+from streaming.state import GROUP_SIZE, PartitionStore
 from tests.unit.recording_map_state import RecordingMapState
 
 SOURCE = Evidence("view", "metadata", 0, None, 1, "mem:1", "partition record")
+BUCKETS = 8
+SPAN = GROUP_SIZE * BUCKETS  # partition indexes per group
 
 
 def state(leader_epoch: int) -> PartitionState:
@@ -22,38 +25,121 @@ def state(leader_epoch: int) -> PartitionState:
 
 def store_with(backend: RecordingMapState) -> PartitionStore:
     store = PartitionStore()
-    store.attach(backend)
+    store.attach(backend, BUCKETS)
     return store
 
 
-def test_reads_write_nothing_back():
+def group(*members: tuple[int, History[PartitionState]]) -> tuple[bytes]:
+    return (snapshot_format.encode({p: pickle.dumps(h) for p, h in members}),)
+
+
+def stored(backend: RecordingMapState, topic: str, number: int) -> dict[int, History[PartitionState]]:
+    return {p: pickle.loads(b) for p, b in snapshot_format.decode(backend.values[(topic, number)][0]).items()}
+
+
+def test_a_group_is_read_once_and_reads_write_nothing_back():
     backend = RecordingMapState()
-    # A bare pickle: what releases up to c80c2e7 wrote (state format 0).
-    backend.values[("t", 0)] = (pickle.dumps(History(100, state(1))),)
+    backend.values[("t", 0)] = group((0, History(100, state(1))), (8, History(100, state(3))))
     store = store_with(backend)
     assert store.get(("t", 0)).latest.leader_epoch == 1
-    assert store.get(("t", 1)) is None
-    assert ("t", 2) not in store
+    assert store.get(("t", 8)).latest.leader_epoch == 3
+    assert store.get(("t", 16)) is None
+    assert ("t", SPAN) not in store  # the next group: not stored
+    assert backend.reads == [("t", 0), ("t", 1)]
     assert store.flush() == 0
     assert backend.writes == []
 
 
-def test_appends_prunes_new_and_removed_partitions_are_written_once():
+def test_changed_new_and_removed_partitions_rewrite_their_groups_once():
     backend = RecordingMapState()
-    backend.values[("t", 0)] = (snapshot_format.encode(History(100, state(1))),)
-    backend.values[("t", 1)] = (snapshot_format.encode(History(100, state(1))),)
+    backend.values[("t", 0)] = group((0, History(100, state(1))), (8, History(100, state(1))))
+    backend.values[("t", 1)] = group((SPAN, History(100, state(1))))
     store = store_with(backend)
     store.get(("t", 0)).append(200, state(2))
-    store[("t", 5)] = History(300, state(7))
-    del store[("t", 1)]
-    assert store.flush() == 3
-    assert sorted(backend.writes) == [("remove", ("t", 1)), ("update", ("t", 0)), ("update", ("t", 5))]
-    assert snapshot_format.decode(backend.values[("t", 0)][0]).latest.leader_epoch == 2
+    store[("t", 16)] = History(300, state(7))  # new, in a stored group
+    store[("u", 0)] = History(300, state(4))  # new, in a new group
+    del store[("t", SPAN)]  # its group's last member
+    assert store.flush() == 4
+    assert sorted(backend.writes) == [("remove", ("t", 1)), ("update", ("t", 0)), ("update", ("u", 0))]
+    assert {p: h.latest.leader_epoch for p, h in stored(backend, "t", 0).items()} == {0: 2, 8: 1, 16: 7}
+    assert {p: h.latest.leader_epoch for p, h in stored(backend, "u", 0).items()} == {0: 4}
     backend.writes.clear()
     store.get(("t", 0)).prune(250)
     assert store.flush() == 1 and backend.writes == [("update", ("t", 0))]
-    assert len(snapshot_format.decode(backend.values[("t", 0)][0])) == 1
+    assert len(stored(backend, "t", 0)[0]) == 1
     backend.writes.clear()
     store.get(("t", 0))
-    store.get(("t", 5))
+    store.get(("u", 0))
     assert store.flush() == 0 and backend.writes == []
+
+
+def test_a_partition_added_and_removed_in_one_batch_writes_nothing():
+    backend = RecordingMapState()
+    store = store_with(backend)
+    store[("t", 3)] = History(100, state(1))
+    del store[("t", 3)]
+    store.flush()
+    assert backend.writes == [] and backend.values == {}
+
+
+def test_groups_follow_the_bucket_count():
+    """A bucket of 8 holds every 8th partition: 64 of them span 512 indexes."""
+    backend = RecordingMapState()
+    store = store_with(backend)
+    for index in range(3, 3 * SPAN, BUCKETS):  # bucket 3's partitions of three groups
+        store[("t", index)] = History(100, state(1))
+    store.flush()
+    assert sorted(backend.values) == [("t", 0), ("t", 1), ("t", 2)]
+    assert all(len(stored(backend, "t", n)) == GROUP_SIZE for n in range(3))
+
+
+def test_a_snapshot_of_many_partitions_costs_a_state_call_per_group():
+    backend = RecordingMapState()
+    store = store_with(backend)
+    for topic in ("a", "b"):
+        for index in range(0, 4 * SPAN, BUCKETS):
+            assert store.get((topic, index)) is None  # what a PARTITION_RECORD's handler asks first
+            store[(topic, index)] = History(100, state(1))
+    assert store.flush() == 2 * 4 * GROUP_SIZE
+    assert len(backend.reads) == 8 and len(backend.writes) == 8
+
+
+def test_partitions_of_earlier_formats_are_adopted_into_groups():
+    legacy = RecordingMapState()
+    # A bare pickle (format 0, up to c80c2e7) and a format-1/2 value behind the header.
+    legacy.values[("t", 0)] = (pickle.dumps(History(100, state(1))),)
+    legacy.values[("t", 8)] = (b"FWS\x02" + pickle.dumps(History(100, state(2))),)
+    legacy.values[("u", SPAN)] = (b"FWS\x01" + pickle.dumps(History(100, state(3))),)
+    backend = RecordingMapState()
+    store = store_with(backend)
+    assert store.adopt(legacy.iterator()) == 3
+    assert store.flush() == 3
+    assert {p: h.latest.leader_epoch for p, h in stored(backend, "t", 0).items()} == {0: 1, 8: 2}
+    assert {p: h.latest.leader_epoch for p, h in stored(backend, "u", 1).items()} == {SPAN: 3}
+
+
+def test_the_cache_is_dropped_beyond_its_bound_and_groups_are_read_again():
+    backend = RecordingMapState()
+    store = store_with(backend)
+    store.MAX_CACHED = 10
+    for index in range(0, 12 * BUCKETS, BUCKETS):
+        store[("t", index)] = History(100, state(1))
+    store.flush()
+    backend.reads.clear()
+    assert store.get(("t", 0)).latest.leader_epoch == 1
+    assert backend.reads == [("t", 0)]
+
+
+def test_between_batches_only_pickled_histories_are_held():
+    """Decoded histories are dropped at flush (the collector would scan them
+    every full collection); the next batch decodes them again from the group's
+    bytes, without another state read."""
+    backend = RecordingMapState()
+    backend.values[("t", 0)] = group((0, History(100, state(1))))
+    store = store_with(backend)
+    first = store.get(("t", 0))
+    first.append(200, state(2))
+    store.flush()
+    again = store.get(("t", 0))
+    assert again is not first and again.latest.leader_epoch == 2
+    assert backend.reads == [("t", 0)]

@@ -184,7 +184,7 @@ def operator(tester_state: TwsTester | None = None, scope: str | None = None) ->
     tester = TwsTester(processor, timeMode="ProcessingTime")
     if tester_state is not None:
         tester.updateValueState("detector", CLUSTER, tester_state.peekValueState("detector", CLUSTER))
-        for name in ("partitions", "pending"):
+        for name in ("partition_groups", "pending"):
             tester.updateMapState(name, CLUSTER, tester_state.peekMapState(name, CLUSTER))
     return tester
 
@@ -242,3 +242,41 @@ def test_a_detector_cached_in_the_worker_writes_to_the_state_of_the_task_running
     assert (2, JUDGMENTS) in second.peekMapState("pending", CLUSTER)
     assert (2, JUDGMENTS) not in first.peekMapState("pending", CLUSTER)
     assert second.peekValueState("detector", CLUSTER)[0] == 2
+
+
+def test_a_bucket_of_state_format_2_has_its_partitions_moved_into_groups():
+    """Up to state format 2 each partition's history had its own entry in the
+    ``partitions`` MapState: the first batch after the upgrade moves them into
+    ``partition_groups`` and judges on them as replay does."""
+    events = simulated(19, 4000)
+    expected = replay(envelopes(events))
+    tester = operator()
+    first = tester.testInPandas(CLUSTER, rows(events[:2000], 0))
+    alert_ids = list(first.query("record_type == @ALERT")["id"])
+    groups = tester.peekMapState("partition_groups", CLUSTER)
+    histories = {
+        (topic, partition): data
+        for (topic, _), (value,) in groups.items()
+        for partition, data in snapshot_format.decode(value).items()
+    }
+    assert len(histories) > len(groups) > 0
+
+    # The same state as format 2 wrote it: one entry per partition, a format-2 detector value.
+    version, detector = tester.peekValueState("detector", CLUSTER)
+    old = operator()
+    old.updateValueState("detector", CLUSTER, (version, b"FWS\x02" + bytes(detector)[4:]))
+    old.updateMapState("pending", CLUSTER, tester.peekMapState("pending", CLUSTER))
+    old.updateMapState("partitions", CLUSTER, {key: (b"FWS\x02" + data,) for key, data in histories.items()})
+
+    out = old.testInPandas(CLUSTER, rows(events[2000:], 2000))
+    alert_ids.extend(out.query("record_type == @ALERT")["id"])
+    alert_ids.extend(old.setProcessingTime(10**13).query("record_type == @ALERT")["id"])
+    assert old.peekMapState("partitions", CLUSTER) in ({}, None)
+    moved = {
+        (topic, partition)
+        for (topic, _), (value,) in old.peekMapState("partition_groups", CLUSTER).items()
+        for partition in snapshot_format.decode(value)
+    }
+    assert moved >= set(histories)
+    assert snapshot_format.format_of(old.peekValueState("detector", CLUSTER)[1]) == snapshot_format.FORMAT
+    assert sorted(alert_ids) == sorted(a.alert_id for a in expected.drain())

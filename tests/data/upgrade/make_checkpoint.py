@@ -1,29 +1,45 @@
-"""Write ``checkpoint-67519df/`` and ``checkpoint-67519df.json`` beside this file:
-a streaming-job checkpoint of the release 67519df (state keyed by cluster) for
-``tests/integration/test_upgrade_checkpoint.py``.
+"""Write ``checkpoint-<release>/`` and ``checkpoint-<release>.json`` beside this
+file: a streaming-job checkpoint of an earlier release for
+``tests/integration/test_upgrade_checkpoint.py``, which restores each of them.
 
-Run it with that release's tree first on the path and this project's venv::
+When the state format (streaming/snapshot_format.py) is raised, run it on the
+release before the change, with that release's tree first on the path and this
+project's venv, and add the release to the test's ``RELEASES``::
 
-    git worktree add /tmp/old-67519df 67519df
-    PYTHONPATH=/tmp/old-67519df .venv/bin/python tests/data/upgrade/make_checkpoint.py
+    git worktree add /tmp/old-de81004 de81004
+    PYTHONPATH=/tmp/old-de81004 .venv/bin/python tests/data/upgrade/make_checkpoint.py --release de81004
+    git worktree remove --force /tmp/old-de81004
+
+The checkpoints here:
+
+- 67519df (the default ``--release``): state keyed by cluster, before buckets;
+  state format 0 (bare pickles), pending judgments inside the detector.
+- de81004: state keyed by (cluster, bucket), 8 buckets (``--buckets``, for
+  releases that have them; default the release's own); state format 2, pending
+  judgments in their own ``pending`` MapState.
 
 It starts an embedded broker, publishes the first part of a small simulated
 history of two clusters (records keyed by cluster), runs ``streaming.job.start``
 until Spark has committed the batch that read the last of them, stops the
 query and copies its checkpoint here. The JSON says what the test needs to
-line offsets up on a fresh broker and what to expect.
+line offsets up on a fresh broker and what to expect, and what the release
+wrote (``buckets``: null before buckets; ``state_format``).
 
 The test imports this file for :func:`history`, :func:`split_facts` and
 :func:`committed_source_offsets`, so the history it regenerates is the one
-published here; nothing runs on import, and those use only APIs both
-releases have (the simulator, the detector, Spark's checkpoint files).
+published here; nothing runs on import, and those use only APIs every
+release has (the simulator, the detector, Spark's checkpoint files). What
+differs between releases' job APIs (``JobOptions.buckets``) is looked up at run
+time.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import heapq
+import importlib.util
 import json
 import os
 import shutil
@@ -35,10 +51,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-RELEASE = "67519df"
+DEFAULT_RELEASE = "67519df"
 HERE = Path(__file__).resolve().parent
-CHECKPOINT_DIR = HERE / f"checkpoint-{RELEASE}"
-FACTS_FILE = HERE / f"checkpoint-{RELEASE}.json"
+# Written by a release that keeps the bucket count in its checkpoint (streaming/bucket_layout.py).
+LAYOUT_FILE = "fencewatch-layout.json"
 
 # A fixed name: the checkpoint's offset log names the topic it read, and the
 # test recreates a topic of this name.
@@ -238,6 +254,31 @@ def spark_session(root: Path, warehouse: Path):
     return session
 
 
+def checkpoint_dir(release: str) -> Path:
+    return HERE / f"checkpoint-{release}"
+
+
+def facts_file(release: str) -> Path:
+    return HERE / f"checkpoint-{release}.json"
+
+
+def state_format() -> int:
+    """The state format the imported release writes: its
+    ``streaming.snapshot_format.FORMAT``, or 0 (bare pickles) for a release
+    before that module."""
+    if importlib.util.find_spec("streaming.snapshot_format") is None:
+        return 0
+    from streaming import snapshot_format
+
+    return int(snapshot_format.FORMAT)
+
+
+def layout_buckets(checkpoint: Path) -> int | None:
+    """The bucket count the checkpoint records, or None (written before buckets)."""
+    layout = checkpoint / LAYOUT_FILE
+    return int(json.loads(layout.read_text())["buckets"]) if layout.exists() else None
+
+
 def files_naming(directory: Path, needle: str) -> list[str]:
     return sorted(
         str(p.relative_to(directory))
@@ -248,15 +289,27 @@ def files_naming(directory: Path, needle: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--allow-other-release", action="store_true", help="run on a tree not at 67519df")
+    parser.add_argument(
+        "--release",
+        default=DEFAULT_RELEASE,
+        help=f"the release (short commit) of the tree on PYTHONPATH; names what is written "
+        f"(default {DEFAULT_RELEASE})",
+    )
+    parser.add_argument("--allow-other-release", action="store_true", help="run on a tree not at --release")
+    parser.add_argument(
+        "--buckets", type=int, help="buckets per cluster, for a release that has them (default: its default)"
+    )
     args = parser.parse_args()
 
     import streaming
 
     root = Path(streaming.__file__).resolve().parents[1]
     release = release_of(root)
-    if release != RELEASE and not args.allow_other_release:
-        raise SystemExit(f"streaming is imported from {root} at {release}, not {RELEASE}: set PYTHONPATH")
+    if release != args.release and not args.allow_other_release:
+        raise SystemExit(
+            f"streaming is imported from {root} at {release}, not {args.release}: set PYTHONPATH"
+        )
+    checkpoint_out, facts_out = checkpoint_dir(args.release), facts_file(args.release)
     sys.path.insert(0, str(root / "tests" / "integration"))
     # Spark starts its Python workers with `python -m`, which puts the working
     # directory first on their path: run from the release's tree, or a checkout
@@ -270,6 +323,16 @@ def main() -> None:
     from streaming.job import JobOptions, start
     from streaming.sinks import TopicSink
 
+    # Options only some releases' JobOptions have.
+    extra: dict[str, Any] = {}
+    if "buckets" in {f.name for f in dataclasses.fields(JobOptions)}:
+        from streaming.bucket_layout import DEFAULT_BUCKETS
+
+        extra["buckets"] = args.buckets or DEFAULT_BUCKETS
+    elif args.buckets is not None:
+        raise SystemExit(f"the release at {root} predates buckets: drop --buckets")
+    written_format = state_format()
+
     events, truth = history(HISTORY)
     split, facts = choose_split(events)
     recs = records(events)
@@ -280,6 +343,8 @@ def main() -> None:
         f"{len(facts['after'])} after ({len(facts['needs_first_part_state'])} need the first part's "
         f"state), {facts['pending_at_split']} judgments pending at the split"
     )
+    # The new release must restore judgments still waiting for their grace window.
+    assert facts["pending_at_split"] > 0, "no judgment pending at the split: change HISTORY"
 
     work = Path(tempfile.mkdtemp(prefix="fencewatch-upgrade-"))
     checkpoint = work / "ck"
@@ -302,6 +367,7 @@ def main() -> None:
             max_events_per_trigger=MAX_EVENTS_PER_TRIGGER,
             trigger_seconds=TRIGGER_SECONDS,
             idle_flush_ms=IDLE_FLUSH_MS,
+            **extra,
         )
         query = start(spark, options, console=None)
         try:
@@ -330,15 +396,19 @@ def main() -> None:
     assert sorted(emitted) == sorted(facts["first"]), (emitted, facts["first"])
     assert letters == [], letters
     assert "idle_ticks" not in consumed, f"an idle flush ran before the stop: {consumed}"
+    buckets = layout_buckets(checkpoint)
+    assert buckets == extra.get("buckets"), (
+        f"the checkpoint records {buckets} buckets, not {extra.get('buckets')}"
+    )
     # A lock file or a leftover temporary file would only confuse a restore.
     for stray in [*checkpoint.rglob("fencewatch.lock"), *checkpoint.rglob("*.tmp")]:
         stray.unlink()
     absolute = files_naming(checkpoint, str(work))
-    if CHECKPOINT_DIR.exists():
-        shutil.rmtree(CHECKPOINT_DIR)
-    shutil.copytree(checkpoint, CHECKPOINT_DIR)
+    if checkpoint_out.exists():
+        shutil.rmtree(checkpoint_out)
+    shutil.copytree(checkpoint, checkpoint_out)
     shutil.rmtree(work)
-    size = sum(p.stat().st_size for p in CHECKPOINT_DIR.rglob("*") if p.is_file())
+    size = sum(p.stat().st_size for p in checkpoint_out.rglob("*") if p.is_file())
 
     written = {
         "written_by": release,
@@ -362,7 +432,13 @@ def main() -> None:
             "idle_flush_ms": IDLE_FLUSH_MS,
             "alerts_topic": ALERTS_TOPIC,
             "dead_letter_topic": DEAD_LETTER_TOPIC,
+            **extra,
         },
+        # The bucket count the checkpoint records (null: written before buckets,
+        # state keyed by cluster alone, which restores as one bucket).
+        "buckets": buckets,
+        # streaming/snapshot_format.py's number for the state the release wrote.
+        "state_format": written_format,
         "idle_flushed_before_stop": False,
         "pending_judgments_at_split": facts["pending_at_split"],
         "flush_at_split_raises_nothing": facts["flush_at_split_raises_nothing"],
@@ -381,8 +457,8 @@ def main() -> None:
         "written_at": f"file:{checkpoint}",
         "files_naming_the_write_directory": absolute,
     }
-    FACTS_FILE.write_text(json.dumps(written, indent=2) + "\n")
-    print(f"wrote {CHECKPOINT_DIR} ({size} bytes) and {FACTS_FILE.name} in {elapsed:.0f}s")
+    facts_out.write_text(json.dumps(written, indent=2) + "\n")
+    print(f"wrote {checkpoint_out} ({size} bytes) and {facts_out.name} in {elapsed:.0f}s")
     if absolute:
         print(f"files naming the directory the checkpoint was written in: {absolute}")
 
