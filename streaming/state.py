@@ -94,11 +94,10 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         self._span = GROUP_SIZE
         self._groups: dict[GroupKey, dict[int, bytes]] = {}  # what the store holds, per loaded group
         self._in_store: set[GroupKey] = set()  # loaded groups the state store has an entry for
-        # The histories read or set since the last flush.
+        # The histories read or set since the last flush (None: none or removed).
         self._cache: dict[PartitionKey, History[PartitionState] | None] = {}
-        # What the state store holds for each of them, as a fingerprint (None: nothing).
+        # What the state store holds for each key read, as a fingerprint (None: nothing).
         self._stored: dict[PartitionKey, Fingerprint] = {}
-        self._touched: set[PartitionKey] = set()
 
     def attach(self, backend: MapState, buckets: int) -> None:
         """Use ``backend`` (each task has its own state client) for a bucket of
@@ -139,28 +138,22 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         history = self._load(key)
         if history is None:
             raise KeyError(key)
-        self._touched.add(key)  # the caller may mutate it
         return history
 
     def get(self, key: PartitionKey, default: Any = None) -> Any:  # type: ignore[override]
         history = self._load(key)
-        if history is None:
-            return default
-        self._touched.add(key)
-        return history
+        return default if history is None else history
 
     def __contains__(self, key: object) -> bool:
         return self._load(key) is not None  # type: ignore[arg-type]
 
     def __setitem__(self, key: PartitionKey, value: History[PartitionState]) -> None:
         self._cache[key] = value  # a key never loaded is written at flush: nothing to compare with
-        self._touched.add(key)
 
     def __delitem__(self, key: PartitionKey) -> None:
         if self._load(key) is None:
             raise KeyError(key)
         self._cache[key] = None
-        self._touched.add(key)
 
     def __iter__(self) -> Iterator[PartitionKey]:
         raise TypeError("iterating every tracked partition would read the whole state store")
@@ -180,14 +173,13 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
 
     def flush(self) -> int:
         """Write back every group with a partition changed since the last
-        flush. Returns how many partitions changed."""
+        flush (a history read and changed in place, set, or removed). Returns
+        how many partitions changed."""
         assert self._backend is not None
         changed: set[GroupKey] = set()
         written = 0
-        for key in self._touched:
-            history = self._cache.get(key)
-            fingerprint = _fingerprint(history)
-            if key in self._stored and _same(fingerprint, self._stored[key]):
+        for key, history in self._cache.items():
+            if key in self._stored and _same(_fingerprint(history), self._stored[key]):
                 continue
             group = self._group(key)
             members = self._members(group)
@@ -195,7 +187,6 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
                 members.pop(key[1], None)
             else:
                 members[key[1]] = pickle.dumps(history, protocol=pickle.HIGHEST_PROTOCOL)
-            self._stored[key] = fingerprint
             changed.add(group)
             written += 1
         for group in changed:
@@ -206,7 +197,6 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
             elif group in self._in_store:
                 self._backend.removeKey(group)
                 self._in_store.discard(group)
-        self._touched.clear()
         self._cache.clear()
         self._stored.clear()
         if sum(len(m) for m in self._groups.values()) > self.MAX_CACHED:
