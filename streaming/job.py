@@ -53,7 +53,7 @@ STATE_STORE_SETTINGS = {
     # the state commit took 149-172 ms instead of 234-350 ms (docs/performance.md).
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     # Counting rows makes RocksDB read every key before it writes or removes it;
-    # nothing here reads the count (the operator's numRowsTotal, then 0).
+    # nothing here reads the count (the state operator's numRowsTotal metric).
     "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
 }
 

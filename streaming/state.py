@@ -7,8 +7,8 @@ Per bucket of a cluster (the grouping key), three state variables:
   that topic (``group`` is the partition index divided by ``GROUP_SIZE`` times
   the bucket count). Only the groups a micro-batch touches are read and
   written, so batch time follows the batch, not the number of partitions
-  tracked; grouping makes a metadata snapshot of many partitions cost one
-  state call per group instead of per partition (docs/performance.md).
+  tracked; grouping makes a metadata snapshot of many partitions cost a state
+  read and a write per group instead of per partition (docs/performance.md).
 - ``pending``: a MapState of the judgments waiting for their grace window,
   written per micro-batch as it changes them (streaming.pending_store).
 - ``detector``: a ValueState with everything else (brokers, topics, quorum,

@@ -127,9 +127,9 @@ def source_offset(progress: dict, field: str) -> dict[str, int] | None:
 def test_a_checkpoint_of_an_earlier_release_resumes_with_its_state(
     release: str, spark, broker: EmbeddedBroker, make_topic, tmp_path: Path
 ) -> None:
-    written = json.loads((DATA / f"checkpoint-{release}.json").read_text())
-    assert written["written_by"] == release, written["written_by"]
     writer = load_writer()
+    written = json.loads(writer.facts_file(release).read_text())
+    assert written["written_by"] == release, written["written_by"]
     events, _ = writer.history(written["history"])
     split, consumed = written["split"], written["consumed"]
     records = writer.records(events)
@@ -153,7 +153,7 @@ def test_a_checkpoint_of_an_earlier_release_resumes_with_its_state(
     assert expected and needs_state <= expected
 
     checkpoint = tmp_path / "ck"
-    shutil.copytree(DATA / f"checkpoint-{release}", checkpoint)
+    shutil.copytree(writer.checkpoint_dir(release), checkpoint)
     assert relocate(checkpoint, written["written_at"]) == written["files_naming_the_write_directory"]
     stored_partitions = {
         (row.user_map_key.topic, row.user_map_key.partition)

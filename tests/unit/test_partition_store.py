@@ -93,7 +93,7 @@ def test_groups_follow_the_bucket_count():
     assert all(len(stored(backend, "t", n)) == GROUP_SIZE for n in range(3))
 
 
-def test_a_snapshot_of_many_partitions_costs_a_state_call_per_group():
+def test_a_snapshot_of_many_partitions_costs_a_read_and_a_write_per_group():
     backend = RecordingMapState()
     store = store_with(backend)
     for topic in ("a", "b"):
