@@ -507,7 +507,7 @@ def floor_query(spark: Any, bootstrap: str, topic: str, checkpoint: str, max_eve
         "maxEventsPerTrigger": str(max_events),
     }
     detected = (
-        route(read_events(spark, options), 1)
+        route(read_events(spark, options, route_buckets=1), 1)
         .groupBy("key")
         .transformWithStateInPandas(
             statefulProcessor=Floor(), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="None"

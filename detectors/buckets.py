@@ -92,20 +92,32 @@ WHOLE = Bucket()  # the default: one bucket owns every partition
 
 def buckets_of(env: Envelope, count: int) -> tuple[int, ...]:
     """The buckets that receive ``env``, ascending: the first is its home."""
-    if count == 1:
+    return (0,) if count == 1 else _buckets(env.kind, env.body, count)
+
+
+def document_buckets(document: Any, count: int) -> tuple[int, ...]:
+    """:func:`buckets_of` of a decoded JSON document not yet validated as an
+    envelope: what the Kafka source routes a raw record by. A document that is
+    no envelope's (not an object, a body that is not one) goes to bucket 0
+    alone, where the detector dead-letters it."""
+    body = document.get("body") if isinstance(document, dict) else None
+    if count == 1 or not isinstance(body, dict):
         return (0,)
-    body = env.body
-    if env.kind == "metadata":
+    return _buckets(document.get("kind"), body, count)
+
+
+def _buckets(kind: Any, body: dict[str, Any], count: int) -> tuple[int, ...]:
+    if kind == "metadata":
         data = body.get("data")
         if body.get("type") in PARTITION_RECORDS and isinstance(data, dict):
             return _of((data.get("partitionId"),), count)
         return tuple(range(count))
-    if env.kind == "remote_log_metadata":
+    if kind == "remote_log_metadata":
         # A segment's record names its partition in its segment id; a partition's deletion, directly.
         segment = _dig(body, "data", "remoteLogSegmentId", "topicIdPartition")
         deleted = _dig(body, "data", "topicIdPartition")
         return _of((segment.get("partition"), deleted.get("partition")), count)
-    if env.kind != "request":
+    if kind != "request":
         return (0,)
     api_key = _dig(body, "requestHeader").get("requestApiKey")
     if type(api_key) is not int:  # not 5.0 or true: the parse rejects those, and so does the SQL

@@ -31,7 +31,15 @@ from detectors.alerts import Alert, Evidence
 from detectors.buckets import WHOLE, Bucket
 from detectors.cluster import ClusterState, Counters
 from detectors.config import DetectorConfig
-from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, Unverified, dumps
+from detectors.envelope import (
+    BadRecord,
+    DeadLetter,
+    DeadLetterClass,
+    Envelope,
+    Unverified,
+    dumps,
+    without_body,
+)
 from detectors.fields import INT16, get_int, get_obj
 from detectors.history import History
 from detectors.quorum import LEADER_CHANGE
@@ -70,7 +78,7 @@ Judgment = Callable[[], None]
 #
 # What it references, and why it can be pickled apart from the detector: ``judge``
 # is a module-level rule function (pickled by name); ``event`` is the event
-# without its body, a frozen Envelope made for this record alone (_without_body),
+# without its body, a frozen Envelope made for this record alone (without_body),
 # shared only by the judgments of the same record, which are scheduled together
 # and so stored together; ``facts`` are frozen values parsed from that record
 # (Header, PartitionOutcome, StopReplica, AlterPartition, ints, bools), except
@@ -93,11 +101,6 @@ def _plain(entry: tuple[int, int, int, Judgment]) -> PendingJudgment:
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _without_body(env: Envelope) -> Envelope:
-    # Spelled out: dataclasses.replace costs several times more on this hot path.
-    return Envelope(env.cluster, env.node, env.ts_ms, env.kind, env.offset, {}, env.position, env.seq)
 
 
 # The events counter's key per request API, made once instead of per event.
@@ -310,7 +313,7 @@ class Detector:
         """Queue each judgment until the watermark passes ``ts_ms + grace_ms``,
         bound to the event without its body (see rules.base.Deferred)."""
         due = env.ts_ms + self.config.grace_ms
-        lean = _without_body(env)
+        lean = without_body(env)
         for judge, facts in judgments:
             self._arrivals += 1
             judgment: Judgment = partial(judge, cs, lean, *facts)

@@ -41,6 +41,11 @@ PARTITION_DELETE_FINISHED = 2
 @fast_pickle
 @dataclass(slots=True)
 class Segment:
+    """A remote segment while it is tracked. The records it keeps are kept
+    without their bodies (envelope.without_body): only their time, node and
+    position are read later, as evidence, and a segment lives as long as its
+    data stays in remote storage."""
+
     segment_id: str
     key: tuple[str, int]
     broker_id: int

@@ -182,7 +182,9 @@ def start(
     if not options.use_builtin_kafka:
         source_options["idleTriggerMs"] = str(options.idle_flush_ms)
     buckets = resolve_buckets(spark, options.checkpoint, options.buckets)
-    events = read_events(spark, source_options, use_builtin_kafka=options.use_builtin_kafka)
+    events = read_events(
+        spark, source_options, use_builtin_kafka=options.use_builtin_kafka, route_buckets=buckets
+    )
     detected = detect(events, options.detector, options.checkpoint, options.idle_flush_ms, buckets)
     sinks = Sinks(
         TopicSink(options.bootstrap_servers, options.alerts_topic, options.kafka_config),

@@ -56,6 +56,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from streaming.routing import SOURCE_ROUTE_COLUMNS, route_record
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -66,9 +68,10 @@ SOURCE_NAME = "fencewatch-kafka"
 # Kafka record timestamp in epoch milliseconds (not a Spark TIMESTAMP, so the
 # event-time code never depends on the session time zone).
 EVENT_SCHEMA = "key string, value binary, topic string, partition int, offset long, timestamp long"
-# What the Python source yields: the event columns and, on loss rows only,
-# how many offsets vanished from ``offset`` on (null on records).
-SOURCE_SCHEMA = f"{EVENT_SCHEMA}, lost_offsets long"
+# What the Python source yields: the event columns; on loss rows only, how
+# many offsets vanished from ``offset`` on (null on records); and, with the
+# ``routeBuckets`` option, each record's routing (null without it).
+SOURCE_SCHEMA = f"{EVENT_SCHEMA}, lost_offsets long, {SOURCE_ROUTE_COLUMNS}"
 # The observed metric read_events reports loss rows under: ``ranges``, a list
 # of (partition, first, offsets) per micro-batch.
 LOST_OFFSETS_METRIC = "fencewatch_source_lost_offsets"
@@ -118,6 +121,7 @@ class SourceOptions:
     probe_timeout_seconds: float
     read_timeout_seconds: float
     idle_trigger_ms: int | None = None  # None: never plan an empty batch
+    route_buckets: int | None = None  # None: leave routing to Spark SQL
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -141,6 +145,7 @@ class SourceOptions:
             probe_timeout_seconds=(_positive_int(lowered, "probetimeoutms") or 10_000) / 1000,
             read_timeout_seconds=(_positive_int(lowered, "readtimeoutms") or 120_000) / 1000,
             idle_trigger_ms=_positive_int(lowered, "idletriggerms"),
+            route_buckets=_positive_int(lowered, "routebuckets"),
         )
 
 
@@ -475,7 +480,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         try:
             consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
-            yield from _read_range(consumer, partition, self._opts.read_timeout_seconds)
+            rows = _Rows(partition, self._opts.route_buckets)
+            yield from _read_range(consumer, rows, self._opts.read_timeout_seconds)
         finally:
             consumer.close()
 
@@ -489,15 +495,19 @@ _ARROW_SCHEMA = pa.schema(
         ("offset", pa.int64()),
         ("timestamp", pa.int64()),
         ("lost_offsets", pa.int64()),
+        ("route_cluster", pa.string()),
+        ("route_buckets", pa.list_(pa.int32())),
     ]
 )
 
 
 class _Rows:
-    """The rows of one offset range read so far, as Arrow columns."""
+    """The rows of one offset range read so far, as Arrow columns; each record
+    routed to ``route_buckets`` buckets if given (streaming/routing.py)."""
 
-    def __init__(self, rng: OffsetRange):
+    def __init__(self, rng: OffsetRange, route_buckets: int | None = None):
         self.rng = rng
+        self.route_buckets = route_buckets
         self._clear()
 
     def _clear(self) -> None:
@@ -506,18 +516,28 @@ class _Rows:
         self.offsets: list[int] = []
         self.timestamps: list[int | None] = []
         self.lost: list[int | None] = []
+        self.clusters: list[str | None] = []
+        self.buckets: list[list[int] | None] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def record(self, msg: Message, offset: int) -> None:
-        key = msg.key()
+        raw_key, value = msg.key(), msg.value()
+        key = None if raw_key is None else raw_key.decode("utf-8", "replace")
         ts_type, ts_ms = msg.timestamp()
-        self.keys.append(None if key is None else key.decode("utf-8", "replace"))
-        self.values.append(msg.value())
+        self.keys.append(key)
+        self.values.append(value)
         self.offsets.append(offset)
         self.timestamps.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts_ms)
         self.lost.append(None)
+        if self.route_buckets is None:
+            self.clusters.append(None)
+            self.buckets.append(None)
+        else:
+            cluster, buckets = route_record(key, value, self.route_buckets)
+            self.clusters.append(cluster)
+            self.buckets.append(buckets)
 
     def loss(self, first: int, end: int) -> None:
         """Offsets ``[first, end)`` vanished before they were read."""
@@ -526,6 +546,8 @@ class _Rows:
         self.offsets.append(first)
         self.timestamps.append(None)
         self.lost.append(end - first)
+        self.clusters.append(None)
+        self.buckets.append(None)
 
     def take(self) -> pa.RecordBatch:
         n = len(self.offsets)
@@ -538,6 +560,8 @@ class _Rows:
                 pa.array(self.offsets, pa.int64()),
                 pa.array(self.timestamps, pa.int64()),
                 pa.array(self.lost, pa.int64()),
+                pa.array(self.clusters, pa.string()),
+                pa.array(self.buckets, pa.list_(pa.int32())),
             ],
             schema=_ARROW_SCHEMA,
         )
@@ -554,8 +578,8 @@ def _log_start(consumer: Consumer, rng: OffsetRange, timeout_seconds: float) -> 
     return int(low)
 
 
-def _read_range(consumer: Consumer, rng: OffsetRange, timeout_seconds: float) -> Iterator[pa.RecordBatch]:
-    rows = _Rows(rng)
+def _read_range(consumer: Consumer, rows: _Rows, timeout_seconds: float) -> Iterator[pa.RecordBatch]:
+    rng = rows.rng
     next_offset = rng.start
     # Where the broker last said the log ends, inside the range; None once a record came after.
     log_end: int | None = None
@@ -647,10 +671,12 @@ class KafkaDataSource(DataSource):
     (events per Spark task, splitting hot partitions); ``probeTimeoutMs``
     (default 10000) and ``readTimeoutMs`` (default 120000); ``idleTriggerMs``
     (plan an empty micro-batch after this long without records, and once more
-    after as long again; default never).
+    after as long again; default never); ``routeBuckets`` (route each record to
+    this many buckets of its cluster as it is read; default: not routed).
 
     Rows have ``SOURCE_SCHEMA``: the event columns plus ``lost_offsets``, set
-    only on loss rows (see the module docstring); ``read_events`` drops those.
+    only on loss rows (see the module docstring), which ``read_events`` drops,
+    and the routing columns.
     """
 
     @classmethod
@@ -670,11 +696,17 @@ def register(spark: SparkSession) -> None:
 
 
 def read_events(
-    spark: SparkSession, options: Mapping[str, str], use_builtin_kafka: bool = False
+    spark: SparkSession,
+    options: Mapping[str, str],
+    use_builtin_kafka: bool = False,
+    route_buckets: int | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of ``EVENT_SCHEMA`` rows from one Kafka topic.
 
-    ``options`` are this module's source options. Offsets that vanished before
+    ``options`` are this module's source options. With ``route_buckets``, our
+    source also routes each record to that many buckets as it reads it: its
+    rows carry ``routing.SOURCE_ROUTE_COLUMNS`` too, which ``routing.route``
+    then uses (Spark's connector cannot; its rows are routed in Spark SQL). Offsets that vanished before
     they were read are reported per micro-batch as the observed metric
     ``LOST_OFFSETS_METRIC`` (a query's progress carries it to its listeners).
     ``use_builtin_kafka`` reads with Spark's Kafka connector instead
@@ -685,10 +717,14 @@ def read_events(
     """
     from pyspark.sql import functions as F
 
-    SourceOptions.parse(options)  # fail here, not inside a Python worker
+    if route_buckets is not None and not use_builtin_kafka:
+        options = {**options, "routeBuckets": str(route_buckets)}
+    opts = SourceOptions.parse(options)  # fail here, not inside a Python worker
     if not use_builtin_kafka:
         register(spark)
         rows = spark.readStream.format(SOURCE_NAME).options(**options).load()
+        if opts.route_buckets is None:
+            rows = rows.drop("route_cluster", "route_buckets")
         lost = F.col("lost_offsets")
         # Observed metrics are gathered as the batch runs and reach the driver
         # with the query's progress: the executors that meet a gap have no
@@ -710,7 +746,7 @@ def read_events(
         "maxeventspertrigger": "maxOffsetsPerTrigger",
         "maxeventspersplit": "maxRecordsPerPartition",
     }
-    ours_only = {"probetimeoutms", "readtimeoutms", "idletriggerms"}
+    ours_only = {"probetimeoutms", "readtimeoutms", "idletriggerms", "routebuckets"}
     builtin = {renamed.get(k.lower(), k): v for k, v in options.items() if k.lower() not in ours_only}
     try:
         raw = spark.readStream.format("kafka").options(**builtin).load()

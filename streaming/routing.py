@@ -1,9 +1,20 @@
-"""Which buckets of its cluster each Kafka record goes to, computed in Spark SQL
-before the shuffle, so that no Python worker parses a record just to route it.
+"""Which buckets of its cluster each Kafka record goes to, decided before the
+shuffle: :func:`route` makes one row per (record, bucket).
 
-:func:`route` is :func:`detectors.buckets.buckets_of` written as Spark SQL over
-the raw Kafka columns; tests/unit/test_routing.py holds the two to each other.
-Its output ``key`` is the stateful operator's grouping key: the cluster when a
+Two ways to the same answer (tests/unit/test_routing.py holds both to
+:func:`detectors.buckets.buckets_of`):
+
+- *Routed at the source.* Our Kafka source already holds each record in a
+  Python worker as it reads it; there :func:`route_record` decodes it with
+  orjson and names its cluster and buckets (the ``route_cluster`` and
+  ``route_buckets`` columns). Spark's ``from_json`` took half the JVM's task
+  time for the same work (a JFR profile, docs/performance.md, "Routed at the
+  source"), and a keyed record with one bucket needs no decoding at all.
+- *Routed in Spark SQL*, for sources without those columns (the file
+  backfill, Spark's Kafka connector): :func:`buckets_of` written as Spark SQL
+  over the raw Kafka columns, described below.
+
+The output ``key`` is the stateful operator's grouping key: the cluster when a
 cluster is one bucket (so checkpoints written before buckets still restore),
 else ``cluster + "\\x1f" + bucket``. :func:`encode_key` and :func:`decode_key`
 are that key in plain Python; importing this module starts no JVM.
@@ -31,6 +42,10 @@ the record is one the detector turns into a dead letter anyway, which only its
 home bucket reports: an index in [2**63, 2**64) (a Python int, but beyond a
 long), a topic or partition list holding a non-object, and a ``requestApiKey`` of
 ``5.0`` or ``true`` (which buckets_of takes for StopReplica and Fetch).
+:func:`route_record` decodes as the detector does, so it has none of these
+differences; of a keyless record whose envelope ``cluster`` is not a string,
+it takes orjson's text of the value where the SQL takes Jackson's (they can
+differ in how a number is written; the record is a dead letter either way).
 """
 
 from __future__ import annotations
@@ -38,10 +53,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+import orjson
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructField, StructType
 
-from detectors.buckets import FANNED_OUT_APIS, PARTITION_PATHS, PARTITION_RECORDS
+from detectors.buckets import FANNED_OUT_APIS, PARTITION_PATHS, PARTITION_RECORDS, document_buckets
 from detectors.requests import FETCH, METADATA_TOPIC, METADATA_TOPIC_ID
 
 if TYPE_CHECKING:
@@ -53,6 +69,9 @@ if TYPE_CHECKING:
 SEPARATOR = "\x1f"
 
 OUTPUT_COLUMNS = ("key", "home", "value", "topic", "partition", "offset")
+# What a source that routes its own records adds to the event columns
+# (streaming/kafka_source.py): route_record's answer.
+SOURCE_ROUTE_COLUMNS = "route_cluster string, route_buckets array<int>"
 
 
 def encode_key(cluster: str, bucket: int, buckets: int) -> str:
@@ -72,13 +91,32 @@ def decode_key(key: str, buckets: int | None = None) -> tuple[str, int]:
     return key, 0
 
 
+def route_record(key: str | None, value: bytes | None, buckets: int) -> tuple[str, list[int]]:
+    """(cluster, buckets ascending) of one Kafka record, as :func:`route` finds
+    them: the record key names the cluster, a keyless record the envelope's
+    (``""`` if neither; the processor dead-letters it)."""
+    if key is not None and buckets == 1:
+        return key, [0]
+    try:
+        document = orjson.loads(value) if value is not None else None
+    except orjson.JSONDecodeError:
+        document = None  # not JSON: its home, bucket 0, dead-letters it
+    if key is None:
+        named = document.get("cluster") if isinstance(document, dict) else None
+        key = named if isinstance(named, str) else "" if named is None else orjson.dumps(named).decode()
+    return key, list(document_buckets(document, buckets))
+
+
 def route(events: DataFrame, buckets: int) -> DataFrame:
     """One row per (record, bucket it goes to) of Kafka-source ``events``:
     ``key`` (the grouping key, never null), ``home`` (true in exactly one row
     per record: its lowest bucket), and the record's ``value``, ``topic``,
-    ``partition`` and ``offset``."""
+    ``partition`` and ``offset``. ``events`` that carry ``SOURCE_ROUTE_COLUMNS``
+    (computed for the same ``buckets``) are routed by them."""
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
+    if "route_buckets" in events.columns:
+        return _spread(events.withColumnRenamed("route_cluster", "cluster"), F.col("route_buckets"), buckets)
     # Parsed once, in a projection of its own: Spark does not merge it into the
     # next one, which names it many times (CollapseProject keeps expensive
     # expressions from being duplicated).
@@ -94,11 +132,16 @@ def route(events: DataFrame, buckets: int) -> DataFrame:
     # The record key names the cluster; a keyless record is the envelope's;
     # "" if neither (the processor dead-letters it).
     cluster = F.coalesce(F.col("key"), envelope["cluster"], F.lit(""))
+    return _spread(parsed.withColumn("cluster", cluster), _buckets(envelope, buckets), buckets)
+
+
+def _spread(records: DataFrame, record_buckets: Column, buckets: int) -> DataFrame:
+    """route's rows of ``records``, whose ``cluster`` column is set and whose
+    buckets (ascending, distinct) are ``record_buckets``."""
+    cluster = F.coalesce(F.col("cluster"), F.lit(""))
     if buckets == 1:
-        return parsed.select(cluster.alias("key"), F.lit(True).alias("home"), *OUTPUT_COLUMNS[2:])
-    routed = parsed.select(
-        cluster.alias("cluster"), _buckets(envelope, buckets).alias("buckets"), *OUTPUT_COLUMNS[2:]
-    )
+        return records.select(cluster.alias("key"), F.lit(True).alias("home"), *OUTPUT_COLUMNS[2:])
+    routed = records.select(cluster.alias("cluster"), record_buckets.alias("buckets"), *OUTPUT_COLUMNS[2:])
     # The outer explode makes one row, (null, null), of a record no index placed
     # (its buckets are empty): that record goes to bucket 0, its home, whose
     # parse dead-letters it. (A plain explode would also make Spark infer a

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from detectors.alerts import Evidence
-from detectors.envelope import Envelope, Unverified
+from detectors.envelope import Envelope, Unverified, without_body
 from detectors.remote import (
     COPY_FINISHED,
     COPY_STARTED,
@@ -114,9 +114,9 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
         )
     segment.state = new
     if new == DELETE_STARTED and old != DELETE_STARTED:
-        segment.delete_request = (event.broker_id, env)
+        segment.delete_request = (event.broker_id, without_body(env))
     elif new == COPY_FINISHED and old != COPY_FINISHED:
-        segment.finished = env
+        segment.finished = without_body(env)
         _judge_upload(cs, segment)
     elif new == DELETE_FINISHED and old != DELETE_FINISHED:
         if old == DELETE_STARTED and segment.delete_request:

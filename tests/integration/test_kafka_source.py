@@ -14,9 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from detectors.buckets import buckets_of
+from detectors.envelope import Envelope, parse_envelope
+from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker
 from streaming.kafka_source import (
     EVENT_SCHEMA,
@@ -132,6 +136,41 @@ def test_schema_is_the_event_schema(spark: SparkSession, broker: EmbeddedBroker)
     df = read_events(spark, _options(broker, "schema-only"), use_builtin_kafka=False)
     assert df.isStreaming
     assert df.schema == StructType.fromDDL(EVENT_SCHEMA)
+
+
+def test_route_buckets_routes_each_record_as_it_is_read(
+    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    """With routeBuckets, every record carries its cluster (the key, else the
+    envelope's) and the buckets buckets_of gives its envelope; a record that is
+    no envelope goes to bucket 0 alone."""
+    from pyspark.sql.types import StructType
+
+    topic = make_topic(2)
+    sim = Simulator(SimConfig(seed=5, fault_rate=0.05, partitions_per_topic=40))
+    values = [orjson.dumps(e) for e in sim.events(400)] + [b"{not json", b"[1]"]
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i, value in enumerate(values):
+        # Every fifth keyless: its cluster comes from the envelope.
+        producer.produce(topic, key=None if i % 5 == 0 else f"key-{i % 3}", value=value, partition=i % 2)
+    assert producer.flush(30) == 0
+
+    df = read_events(spark, _options(broker, topic), route_buckets=7)
+    assert df.schema == StructType.fromDDL(f"{EVENT_SCHEMA}, route_cluster string, route_buckets array<int>")
+    name, query = _memory_query(df, available_now=True)
+    assert query.awaitTermination(WAIT_SECONDS), "availableNow query did not finish"
+    rows = spark.sql(f"SELECT key, value, route_cluster, route_buckets FROM {name}").collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(values)
+    fanned_out = 0
+    for row in rows:
+        env = parse_envelope(bytes(row.value))
+        if isinstance(env, Envelope):
+            assert row.route_cluster == (row.key if row.key is not None else env.cluster)
+            assert tuple(row.route_buckets) == buckets_of(env, 7)
+            fanned_out += len(row.route_buckets) == 7
+        else:
+            assert (row.route_cluster, row.route_buckets) == (row.key or "", [0])
+    assert fanned_out, "no record went to every bucket"
 
 
 def test_available_now_reads_every_record_once(

@@ -1,7 +1,9 @@
 """streaming.routing against its reference, detectors.buckets.buckets_of.
 
 route() runs in the tests' shared local Spark session (tests/conftest.py; no
-Python worker) over static DataFrames with the Kafka source's columns:
+Python worker) over static DataFrames with the Kafka source's columns, both
+ways (``SIDES``): routed in Spark SQL, and routed at the source (the columns
+the Kafka source adds with route_record):
 
 - every envelope of a simulated history with injected faults, and hand-made
   requests naming many partitions, go to exactly buckets_of's buckets, with
@@ -13,7 +15,8 @@ Python worker) over static DataFrames with the Kafka source's columns:
   spark.sql.json.enablePartialResults off;
 - with one bucket the key is the cluster itself, one row per record.
 
-The records where the SQL and buckets_of knowingly differ are strict xfails.
+The records where the SQL and buckets_of knowingly differ are strict xfails;
+routed at the source, they agree.
 """
 
 from __future__ import annotations
@@ -34,7 +37,15 @@ from detectors.envelope import Envelope, parse_envelope
 from detectors.requests import METADATA_TOPIC, METADATA_TOPIC_ID
 from producers import shapes as s
 from producers.simulator import SimConfig, Simulator
-from streaming.routing import OUTPUT_COLUMNS, SEPARATOR, decode_key, encode_key, route
+from streaming.routing import (
+    OUTPUT_COLUMNS,
+    SEPARATOR,
+    SOURCE_ROUTE_COLUMNS,
+    decode_key,
+    encode_key,
+    route,
+    route_record,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,6 +55,8 @@ TOPIC = "fencewatch-events"
 CLUSTER = "c1"
 COUNTS = (1, 7, 64)
 PARTIAL_RESULTS = "spark.sql.json.enablePartialResults"
+# How route() gets each record's buckets: Spark SQL, or the source's route_record.
+SIDES = ("sql", "source")
 
 # (key, value) of one Kafka record.
 Record = tuple[str | None, bytes | None]
@@ -90,11 +103,21 @@ def partial_results(spark: SparkSession, enabled: bool) -> Iterator[None]:
         spark.conf.set(PARTIAL_RESULTS, before)
 
 
-def run(spark: SparkSession, records: list[Record], count: int) -> list[Routed]:
-    """route() over ``records`` (offset i is records[i]); the rows of each, in order."""
-    frame = spark.createDataFrame(
-        [(key, value, TOPIC, i % 3, i) for i, (key, value) in enumerate(records)], KAFKA_SCHEMA
-    )
+def run(spark: SparkSession, records: list[Record], count: int, side: str = "sql") -> list[Routed]:
+    """route() over ``records`` (offset i is records[i]), routed on ``side``;
+    the rows of each, in order."""
+    if side == "sql":
+        frame = spark.createDataFrame(
+            [(key, value, TOPIC, i % 3, i) for i, (key, value) in enumerate(records)], KAFKA_SCHEMA
+        )
+    else:
+        frame = spark.createDataFrame(
+            [
+                (key, value, TOPIC, i % 3, i, *route_record(key, value, count))
+                for i, (key, value) in enumerate(records)
+            ],
+            f"{KAFKA_SCHEMA}, {SOURCE_ROUTE_COLUMNS}",
+        )
     out = route(frame, count)
     assert tuple(out.columns) == OUTPUT_COLUMNS
     assert not out.schema["key"].nullable and not out.schema["home"].nullable
@@ -186,9 +209,12 @@ def history() -> list[Record]:
     return [(None if i % 7 == 0 else orjson.loads(v)["cluster"], v) for i, v in enumerate(values)]
 
 
+@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("count", COUNTS)
-def test_history_goes_where_buckets_of_says(spark: SparkSession, history: list[Record], count: int) -> None:
-    routed = run(spark, history, count)
+def test_history_goes_where_buckets_of_says(
+    spark: SparkSession, history: list[Record], count: int, side: str
+) -> None:
+    routed = run(spark, history, count, side)
     seen: set[tuple[int, ...]] = set()
     for (key, value), rows in zip(history, routed, strict=True):
         want = expected(value, count)
@@ -278,11 +304,12 @@ def generated(rng: random.Random) -> bytes:
     return envelope(body, kind)
 
 
+@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("count", [7, 64])
-def test_generated_bodies_agree_with_buckets_of(spark: SparkSession, count: int) -> None:
+def test_generated_bodies_agree_with_buckets_of(spark: SparkSession, count: int, side: str) -> None:
     rng = random.Random(20_251_125)
     values = [generated(rng) for _ in range(1500)]
-    routed = run(spark, [(CLUSTER, v) for v in values], count)
+    routed = run(spark, [(CLUSTER, v) for v in values], count, side)
     placed = 0
     for value, rows in zip(values, routed, strict=True):
         want = expected(value, count)
@@ -302,6 +329,7 @@ class Bad:
     value: bytes | None
     cluster: str  # what the key must name
     buckets: Any = None  # callable count -> expected buckets, where the test pins them
+    source_cluster: str | None = None  # what it names routed at the source, if not ``cluster``
 
 
 def zero(count: int) -> tuple[int, ...]:
@@ -321,7 +349,14 @@ BAD = [
     Bad("trailing garbage", "k", envelope(s.topic("t", "x"), "metadata") + b" x", "k"),
     Bad("not UTF-8", "k", b'{"cluster": "\xff\xfe", "kind": "metadata", "body": {}}', "k"),
     # Spark decodes bad bytes as U+FFFD; orjson refuses the record, a dead letter.
-    Bad("not UTF-8, no key", None, b'{"cluster": "\xff\xfe", "kind": "quorum_state"}', "\ufffd\ufffd", zero),
+    Bad(
+        "not UTF-8, no key",
+        None,
+        b'{"cluster": "\xff\xfe", "kind": "quorum_state"}',
+        "\ufffd\ufffd",
+        zero,
+        source_cluster="",
+    ),
     Bad("empty value", "k", b"", "k", zero),
     Bad("null value", "k", None, "k", zero),
     Bad("JSON array", None, b'[{"cluster": "c1", "kind": "metadata", "body": {}}]', "", zero),
@@ -376,12 +411,20 @@ BAD = [
 
 
 @pytest.mark.parametrize("count", COUNTS)
-@pytest.mark.parametrize("partial", [True, False], ids=["partial", "whole"])
-def test_bad_input_gets_one_home_row_and_a_sane_key(spark: SparkSession, count: int, partial: bool) -> None:
+@pytest.mark.parametrize(
+    ("side", "partial"),
+    # enablePartialResults is the SQL's; the source's decoding never reads it.
+    [("sql", True), ("sql", False), ("source", True)],
+    ids=["sql-partial", "sql-whole", "source"],
+)
+def test_bad_input_gets_one_home_row_and_a_sane_key(
+    spark: SparkSession, count: int, side: str, partial: bool
+) -> None:
     with partial_results(spark, partial):
-        routed = run(spark, [(bad.key, bad.value) for bad in BAD], count)
+        routed = run(spark, [(bad.key, bad.value) for bad in BAD], count, side)
     for bad, rows in zip(BAD, routed, strict=True):
-        got = rows.check(bad.cluster, count)
+        cluster = bad.source_cluster if side == "source" and bad.source_cluster is not None else bad.cluster
+        got = rows.check(cluster, count)
         if not partial:
             continue  # without partial results a wrong type sends the record to bucket 0 alone
         if bad.buckets is not None:
@@ -414,17 +457,24 @@ def test_known_differences(spark: SparkSession, value: bytes) -> None:
     assert got == expected(value, 7)
 
 
+@pytest.mark.parametrize("value", DIFFERENT)
+def test_routed_at_the_source_the_differences_agree(spark: SparkSession, value: bytes) -> None:
+    [rows] = run(spark, [(CLUSTER, value)], 7, "source")
+    assert rows.check(CLUSTER, 7) == expected(value, 7)
+
+
 # ---- one bucket, and the key -------------------------------------------------------------------------
 
 
-def test_one_bucket_keys_by_cluster(spark: SparkSession) -> None:
+@pytest.mark.parametrize("side", SIDES)
+def test_one_bucket_keys_by_cluster(spark: SparkSession, side: str) -> None:
     records: list[Record] = [
         ("k", fetch_of(9)),
         (None, fetch_of(9)),
         (None, b"nope"),
         (None, envelope(s.topic("t", "x"), "metadata", f"c{SEPARATOR}3")),
     ]
-    routed = run(spark, records, 1)
+    routed = run(spark, records, 1, side)
     assert [(r.keys, r.homes) for r in routed] == [
         (["k"], [True]),
         ([CLUSTER], [True]),

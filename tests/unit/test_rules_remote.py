@@ -77,6 +77,25 @@ def test_zombie_compaction_upload_accepted_is_flagged_in_either_arrival_order(
     ]
 
 
+def test_a_tracked_segment_keeps_its_records_without_their_bodies(cluster):
+    """A segment stays in the detector's state as long as its data stays in
+    remote storage, so it keeps only what evidence reads of its records; the
+    alert it later raises still names them."""
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 3000, "seg-1", 2, DELETE_STARTED)
+    uploaded(cluster, 4000, "seg-2", 1, {0: 200})
+    outcome = cluster.run()
+    segments = outcome.detector.cluster(cluster.cluster_name).remote.segments
+    finished, deleting = segments["seg-2"], segments["seg-1"]
+    assert finished.finished is not None and finished.finished.body == {}
+    assert finished.finished.ts_ms == 4100
+    assert deleting.delete_request is not None
+    assert deleting.delete_request[0] == 2 and deleting.delete_request[1].body == {}
+    update(cluster, 5000, "seg-1", 2, DELETE_FINISHED)
+    [alert] = cluster.run().alerts
+    assert [(e.role, e.ts_ms) for e in alert.evidence][-2:] == [("view", 3000), ("violation", 5000)]
+
+
 def test_zombie_upload_alert_id_does_not_depend_on_arrival_order(make_history):
     ids = []
     for new_leader_finishes_ms in (11_300, 11_500):
