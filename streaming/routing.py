@@ -51,7 +51,7 @@ differ in how a number is written; the record is a dead letter either way).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pyspark.sql import functions as F
@@ -101,10 +101,17 @@ def route_record(key: str | None, value: bytes | None, buckets: int) -> tuple[st
         document = orjson.loads(value) if value is not None else None
     except orjson.JSONDecodeError:
         document = None  # not JSON: its home, bucket 0, dead-letters it
-    if key is None:
-        named = document.get("cluster") if isinstance(document, dict) else None
-        key = named if isinstance(named, str) else "" if named is None else orjson.dumps(named).decode()
-    return key, list(document_buckets(document, buckets))
+    cluster = key if key is not None else _envelope_cluster(document)
+    return cluster, list(document_buckets(document, buckets))
+
+
+def _envelope_cluster(document: Any) -> str:
+    """The envelope's ``cluster`` as the SQL's string field reads it: a string
+    as is, nothing as ``""``, any other value as its JSON text."""
+    named = document.get("cluster") if isinstance(document, dict) else None
+    if named is None or isinstance(named, str):
+        return named or ""
+    return orjson.dumps(named).decode()
 
 
 def route(events: DataFrame, buckets: int) -> DataFrame:
