@@ -7,6 +7,7 @@ shaped like Kafka's ``segmentLeaderEpochs``. The proposal names no field."""
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,16 +82,23 @@ class PartitionDeleteEvent:
 @fast_pickle
 @dataclass(slots=True)
 class PartitionSegments:
+    """One partition's remote segments: the rules judge a segment against its
+    partition's other segments, so they are kept, and stored, together."""
+
     # leader epoch -> the end offset a later epoch's accepted segment established for it
     established_end: dict[int, tuple[int, Evidence]] = field(default_factory=dict)
-    finished: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)  # ids of tracked segments that finished copying
+    # Segment id -> segment, while tracked. Kafka's RemoteLogSegmentId is the pair
+    # (topicIdPartition, id), so a segment is found under its partition.
+    segments: dict[str, Segment] = field(default_factory=dict)
 
 
 @fast_pickle
 @dataclass(slots=True)
 class RemoteView:
-    segments: dict[str, Segment] = field(default_factory=dict)
-    partitions: dict[tuple[str, int], PartitionSegments] = field(default_factory=dict)
+    # (topic id, partition) -> its segments. Any mapping: the streaming job passes
+    # one backed by Spark's state store, read per partition a record names.
+    partitions: MutableMapping[tuple[str, int], PartitionSegments] = field(default_factory=dict)
     # partition -> (when it was first seen marked for deletion, when its deletion finished)
     deleting: dict[tuple[str, int], tuple[int, int | None]] = field(default_factory=dict)
 

@@ -245,9 +245,10 @@ def _segment_marks(
     if not str(alert["rule"]).startswith("REMOTE_"):
         return ()
     out = []
-    for segment in cs.remote.segments.values():
+    part = cs.remote.partitions.get(key)
+    for segment in part.segments.values() if part is not None else ():
         env = segment.finished
-        if segment.key == key and env is not None and lo <= env.ts_ms <= hi:
+        if env is not None and lo <= env.ts_ms <= hi:
             text = (
                 f"segment {segment.segment_id} upload by broker {segment.broker_id} finished ({env.position})"
             )

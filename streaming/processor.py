@@ -39,7 +39,10 @@ from streaming.state import (
     GROUP_VALUE_SCHEMA,
     PARTITION_KEY_SCHEMA,
     PARTITION_VALUE_SCHEMA,
+    REMOTE_KEY_SCHEMA,
+    REMOTE_VALUE_SCHEMA,
     PartitionStore,
+    RemoteStore,
 )
 
 # What this worker process already holds: (query scope, key) -> (version, detector, pending store).
@@ -67,6 +70,9 @@ class DetectorProcessor(StatefulProcessor):
             "partitions", PARTITION_KEY_SCHEMA, PARTITION_VALUE_SCHEMA
         )
         self.pending = handle.getMapState("pending", PENDING_KEY_SCHEMA, PENDING_VALUE_SCHEMA)
+        self.remote_partitions = handle.getMapState(
+            "remote_partitions", REMOTE_KEY_SCHEMA, REMOTE_VALUE_SCHEMA
+        )
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -83,36 +89,46 @@ class DetectorProcessor(StatefulProcessor):
         pending = live[2] if live is not None and cached else PendingStore()
         # Each task has its own state client: a cached store still holds the previous task's.
         pending.attach(self.pending)
-        legacy = False
+        written = snapshot_format.FORMAT
         if live is not None and cached:
             detector = live[1]
         else:
             if stored is not None:
                 with collector_paused():
                     detector = snapshot_format.decode(stored[1])
-                legacy = snapshot_format.format_of(stored[1]) < snapshot_format.GROUPED_PARTITIONS
+                written = snapshot_format.format_of(stored[1])
             else:
                 detector = Detector(self.config, bucket=Bucket(index, self.buckets))
                 detector.cluster(cluster).view.partitions = PartitionStore()
+                detector.cluster(cluster).remote.partitions = RemoteStore()
             with collector_paused():
                 stored_judgments = pending.load()
             # A snapshot of state format 0 or 1 still carries its judgments: they are
             # queued already, and written to the pending store at the next save.
             detector.keep_pending_apart(cluster, stored_judgments)
-        store = detector.cluster(cluster).view.partitions
+        state = detector.cluster(cluster)
+        store = state.view.partitions
         assert isinstance(store, PartitionStore)
         store.attach(self.partition_groups, self.buckets)
-        if legacy:
-            # Written to groups at this batch's save, in the same state commit as the clear.
+        # Earlier formats' state is written in the new places at this batch's save,
+        # in the same state commit as the clear of the old.
+        if written < snapshot_format.GROUPED_PARTITIONS:
             with collector_paused():
                 store.adopt(self.legacy_partitions.iterator())
             self.legacy_partitions.clear()
+        if written < snapshot_format.REMOTE_PARTITIONS:
+            remote = RemoteStore()
+            remote.adopt(state.remote.partitions)
+            state.remote.partitions = remote
+        assert isinstance(state.remote.partitions, RemoteStore)
+        state.remote.partitions.attach(self.remote_partitions)
         return cluster, version, detector, pending
 
     def _save(self, key: str, cluster: str, version: int, detector: Detector, pending: PendingStore) -> int:
-        store = detector.cluster(cluster).view.partitions
-        assert isinstance(store, PartitionStore)
-        store.flush()
+        state = detector.cluster(cluster)
+        for store in (state.view.partitions, state.remote.partitions):
+            assert isinstance(store, PartitionStore | RemoteStore)
+            store.flush()
         version += 1
         pending.save(version, detector.pending_changes(cluster))
         self.snapshot.update((version, snapshot_format.encode(detector)))

@@ -22,6 +22,13 @@ The formats:
   per partition in ``partitions``. A bucket whose detector value is of an
   earlier format has its ``partitions`` entries moved into groups when the
   operator first loads it (streaming.state.PartitionStore.adopt).
+- 4: a bucket's remote segments are kept per partition, in the
+  ``remote_partitions`` MapState (streaming.state.RemoteStore), instead of in
+  the detector value, where formats 0 to 3 kept them by segment id
+  (``RemoteView.segments``) beside their partitions' epoch ends. Such a
+  detector value is read with :class:`_RemoteViewBefore4` in place of
+  ``RemoteView``, its segments are put under their partitions, and the
+  operator moves them to ``remote_partitions`` at its first load.
 
 When the state's shape changes in a way old pickles cannot follow, raise
 ``FORMAT``, keep the old reader as a migration here, and add a checkpoint
@@ -30,13 +37,19 @@ written by the previous release under tests/data/upgrade.
 
 from __future__ import annotations
 
+import io
 import pickle
 from typing import Any
 
+from detectors.engine import Detector
+from detectors.remote import PartitionSegments, RemoteView, Segment
+
 MAGIC = b"FWS"
-FORMAT = 3
+FORMAT = 4
 # The first format that keeps partition histories in groups.
 GROUPED_PARTITIONS = 3
+# The first format that keeps remote segments apart from the detector value.
+REMOTE_PARTITIONS = 4
 _HEADER = MAGIC + bytes([FORMAT])
 
 
@@ -56,13 +69,53 @@ def format_of(data: bytes | bytearray | memoryview) -> int:
 
 def decode(data: bytes | bytearray | memoryview) -> Any:
     view = memoryview(data)
-    if view[:3] != MAGIC:
-        return pickle.loads(view)  # format 0: a bare pickle, written up to c80c2e7
-    written = view[3]
+    written = format_of(view)
     if written > FORMAT:
         raise StateFormatError(
             f"the checkpoint's state is in format {written}, written by a newer fencewatch; this "
             f"release reads formats 0 to {FORMAT}: run the release that wrote it, or start again "
             "with a new --checkpoint directory"
         )
-    return pickle.loads(view[4:])  # formats 1 to 3 differ in what the operator stores, not in bytes
+    body = view[4:] if written else view  # format 0: a bare pickle, written up to c80c2e7
+    if written >= REMOTE_PARTITIONS:
+        return pickle.loads(body)
+    state = _UnpicklerBefore4(io.BytesIO(body)).load()
+    if isinstance(state, Detector):
+        for cluster in state.clusters.values():
+            if isinstance(cluster.remote, _RemoteViewBefore4):
+                cluster.remote = cluster.remote.upgraded()
+    return state
+
+
+class _RemoteViewBefore4:
+    """``detectors.remote.RemoteView`` as formats 0 to 3 pickled it: tracked
+    segments by id, apart from their partitions' epoch ends. Restored either
+    way it was pickled: called with its field values (detectors.pickling,
+    from de81004), or made empty and given Python's default state of a slots
+    object (before)."""
+
+    def __init__(
+        self,
+        segments: dict[str, Segment] | None = None,
+        partitions: dict[tuple[str, int], PartitionSegments] | None = None,
+        deleting: dict[tuple[str, int], tuple[int, int | None]] | None = None,
+    ) -> None:
+        self.segments = {} if segments is None else segments
+        self.partitions = {} if partitions is None else partitions
+        self.deleting = {} if deleting is None else deleting
+
+    def __setstate__(self, state: tuple[Any, dict[str, Any]]) -> None:
+        self.__init__(**state[1])  # type: ignore[misc]
+
+    def upgraded(self) -> RemoteView:
+        for segment in self.segments.values():
+            part = self.partitions.setdefault(segment.key, PartitionSegments())
+            part.segments[segment.segment_id] = segment
+        return RemoteView(self.partitions, self.deleting)
+
+
+class _UnpicklerBefore4(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("detectors.remote", "RemoteView"):
+            return _RemoteViewBefore4
+        return super().find_class(module, name)

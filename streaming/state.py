@@ -11,13 +11,19 @@ Per bucket of a cluster (the grouping key), three state variables:
   read and a write per group instead of per partition (docs/performance.md).
 - ``pending``: a MapState of the judgments waiting for their grace window,
   written per micro-batch as it changes them (streaming.pending_store).
-- ``detector``: a ValueState with everything else (brokers, topics, quorum,
-  remote segments), pickled, and a version number.
+- ``remote_partitions``: a MapState from ``(topic id, partition)`` to that
+  partition's tracked remote segments (detectors.remote.PartitionSegments),
+  pickled; read when a remote-log-metadata record names the partition
+  (:class:`RemoteStore`). A cluster with tiered storage tracks every segment
+  still in remote storage, so this too must not be pickled with every batch.
+- ``detector``: a ValueState with everything else (brokers, topics, quorum),
+  pickled, and a version number.
 
 All are written in a versioned format (streaming.snapshot_format). State
 formats 0 to 2 kept one entry per partition in the ``partitions`` MapState;
 the operator moves them into groups the first time it loads such a bucket
-(:meth:`PartitionStore.adopt`).
+(:meth:`PartitionStore.adopt`). Formats 0 to 3 kept remote segments in the
+detector value; they move to ``remote_partitions`` the same way.
 
 A Python worker keeps the unpickled detector between batches and reuses it
 while the stored version matches; after a restart or a retried batch the
@@ -27,13 +33,14 @@ versions differ and the detector is reloaded from the store.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import MapState
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from detectors.history import History
+from detectors.remote import PartitionSegments
 from detectors.view import PartitionKey, PartitionState
 from streaming import snapshot_format
 
@@ -44,6 +51,10 @@ PARTITION_KEY_SCHEMA = StructType(
     [StructField("topic", StringType()), StructField("partition", IntegerType())]
 )
 PARTITION_VALUE_SCHEMA = StructType([StructField("history", BinaryType())])
+REMOTE_KEY_SCHEMA = StructType(
+    [StructField("topic_id", StringType()), StructField("partition", IntegerType())]
+)
+REMOTE_VALUE_SCHEMA = StructType([StructField("segments", BinaryType())])
 DETECTOR_SCHEMA = StructType([StructField("version", LongType()), StructField("snapshot", BinaryType())])
 
 # A bucket's partitions per state entry. A group is read whole when any of its
@@ -202,4 +213,99 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         if sum(len(m) for m in self._groups.values()) > self.MAX_CACHED:
             self._groups.clear()
             self._in_store.clear()
+        return written
+
+
+RemoteKey = tuple[str, int]
+
+
+class RemoteStore(MutableMapping[RemoteKey, PartitionSegments]):
+    """A dict-like view of the ``remote_partitions`` MapState: a partition's
+    segments are read the first time a batch names the partition, and every
+    partition read is written back at :meth:`flush` if its bytes changed
+    (a record about a segment nearly always changes it, so there is no
+    cheaper test than the pickle itself). Remote-log-metadata records are
+    rare next to produce and fetch outcomes: a batch reads a few partitions."""
+
+    # Pickled partitions held between batches, to spare the state call of a re-read;
+    # beyond this they are dropped after a flush.
+    MAX_CACHED = 100_000
+
+    def __init__(self) -> None:
+        self._backend: MapState | None = None
+        self._stored: dict[RemoteKey, bytes | None] = {}  # what the state store holds (None: nothing)
+        self._live: dict[RemoteKey, PartitionSegments | None] = {}  # read or set since the last flush
+
+    def attach(self, backend: MapState) -> None:
+        """Use ``backend``: each task has its own state client."""
+        self._backend = backend
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with the detector snapshot as an empty shell: the segments live in MapState.
+        return (RemoteStore, ())
+
+    def _load(self, key: RemoteKey) -> PartitionSegments | None:
+        if key in self._live:
+            return self._live[key]
+        if key not in self._stored:
+            assert self._backend is not None, "RemoteStore used before attach()"
+            value = self._backend.getValue(key)
+            self._stored[key] = value[0] if value is not None else None
+        data = self._stored[key]
+        part = snapshot_format.decode(data) if data is not None else None
+        self._live[key] = part
+        return part
+
+    def __getitem__(self, key: RemoteKey) -> PartitionSegments:
+        part = self._load(key)
+        if part is None:
+            raise KeyError(key)
+        return part
+
+    def get(self, key: RemoteKey, default: Any = None) -> Any:  # type: ignore[override]
+        part = self._load(key)
+        return default if part is None else part
+
+    def __contains__(self, key: object) -> bool:
+        return self._load(key) is not None  # type: ignore[arg-type]
+
+    def __setitem__(self, key: RemoteKey, value: PartitionSegments) -> None:
+        self._live[key] = value
+
+    def __delitem__(self, key: RemoteKey) -> None:
+        if self._load(key) is None:
+            raise KeyError(key)
+        self._live[key] = None
+
+    def __iter__(self) -> Iterator[RemoteKey]:
+        raise TypeError("iterating every partition's remote segments would read the whole state store")
+
+    def __len__(self) -> int:
+        raise TypeError("the number of partitions with remote segments is not kept in memory")
+
+    def adopt(self, partitions: Mapping[RemoteKey, PartitionSegments]) -> int:
+        """Take in the remote segments a detector value of state formats 0 to 3
+        carried; the next flush writes them. Returns how many partitions."""
+        self._live.update(partitions)
+        return len(partitions)
+
+    def flush(self) -> int:
+        """Write back every partition read or set since the last flush whose
+        bytes changed, and remove those deleted. Returns how many were written
+        or removed."""
+        assert self._backend is not None
+        written = 0
+        for key, part in self._live.items():
+            data = snapshot_format.encode(part) if part is not None else None
+            if key in self._stored and data == self._stored[key]:
+                continue
+            if data is not None:
+                self._backend.updateValue(key, (data,))
+            elif self._stored.get(key) is not None:
+                self._backend.removeKey(key)
+            self._stored[key] = data
+            written += 1
+        self._live.clear()
+        if len(self._stored) > self.MAX_CACHED:
+            self._stored.clear()
         return written

@@ -83,12 +83,14 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
         # whichever remote partition remover acts on the mark (not the leader: there is none).
         cs.remote.mark_deleting(event, env.ts_ms)
         return []
-    segment = cs.remote.segments.get(event.segment_id)
+    part = cs.remote.partitions.get(event.key) or PartitionSegments()
+    segment = part.segments.get(event.segment_id)
     if segment is None:
         if event.cleaner is None:
             raise Unverified(UnverifiedReason.REMOTE_SEGMENT_NOT_SEEN)
         segment = Segment(event.segment_id, event.key, event.broker_id, event.cleaner)
-        cs.remote.segments[event.segment_id] = segment
+        part.segments[event.segment_id] = segment
+        cs.remote.partitions[event.key] = part
     old, new = segment.state, event.state
     judgments: list[Deferred] = []
     if new == DELETE_FINISHED and old not in (DELETE_STARTED, DELETE_FINISHED):
@@ -117,22 +119,21 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
         segment.delete_request = (event.broker_id, without_body(env))
     elif new == COPY_FINISHED and old != COPY_FINISHED:
         segment.finished = without_body(env)
-        _judge_upload(cs, segment)
+        _judge_upload(cs, part, segment)
     elif new == DELETE_FINISHED and old != DELETE_FINISHED:
         if old == DELETE_STARTED and segment.delete_request:
             judgments.append((_judge_delete, (segment,)))
         # A deleted segment is gone from remote storage: stop tracking it.
-        del cs.remote.segments[segment.segment_id]
-        part = cs.remote.partitions.get(segment.key)
-        if part is not None:
-            part.finished.discard(segment.segment_id)
+        del part.segments[segment.segment_id]
+        part.finished.discard(segment.segment_id)
+        if not part.segments and not part.established_end:
+            del cs.remote.partitions[event.key]
     return judgments
 
 
-def _judge_upload(cs: ClusterState, segment: Segment) -> None:
+def _judge_upload(cs: ClusterState, part: PartitionSegments, segment: Segment) -> None:
     """Check the new segment against the ends already established, then let its
     own map establish ends and re-check the segments accepted before it."""
-    part = cs.remote.partitions.setdefault(segment.key, PartitionSegments())
     assert segment.finished is not None
     _check_claims(cs, part, segment)
     newest = max(segment.cleaner, default=None)
@@ -154,7 +155,7 @@ def _judge_upload(cs: ClusterState, segment: Segment) -> None:
     if not lowered:
         return  # no end moved: the segments accepted earlier were already checked against these
     for other_id in sorted(part.finished):
-        other = cs.remote.segments.get(other_id)
+        other = part.segments.get(other_id)
         if other is not None and other is not segment:
             _check_claims(cs, part, other)
 

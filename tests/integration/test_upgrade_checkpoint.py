@@ -11,6 +11,11 @@ history) and what the release wrote. One case per release in ``RELEASES``:
 - de81004: 8 buckets per cluster; state format 2, the ``detector`` ValueState,
   the ``partitions`` MapState keyed (topic, partition) and the ``pending``
   MapState.
+- 14666cb: 8 buckets per cluster; state format 3, partition histories in the
+  ``partition_groups`` MapState, remote segments still in the detector value.
+
+Each restores its partition histories into groups and its remote segments
+into the ``remote_partitions`` MapState (state format 4).
 
 The job here restarts on a copy of one, over a topic of the same name holding
 the whole history at the same offsets, and must go on where the old job
@@ -43,6 +48,8 @@ from confluent_kafka.admin import AdminClient
 from test_job import publish, read_topic, replay_alerts, wait_for
 from test_source_offsets_lost import recreate
 
+from detectors.engine import Detector
+from detectors.envelope import envelope_from_obj
 from streaming import snapshot_format
 from streaming.broker import EmbeddedBroker
 from streaming.bucket_layout import LAYOUT_FILE
@@ -54,7 +61,7 @@ pytestmark = pytest.mark.integration
 
 # The releases whose checkpoints are under tests/data/upgrade: add the previous
 # release's whenever the state format is raised (streaming/snapshot_format.py).
-RELEASES = ("67519df", "de81004")
+RELEASES = ("67519df", "de81004", "14666cb")
 DATA = Path(__file__).resolve().parents[1] / "data" / "upgrade"
 WAIT_SECONDS = 300
 
@@ -94,6 +101,20 @@ def state(spark: Any, checkpoint: str, variable: str) -> list[Any]:
         .load()
         .collect()
     )
+
+
+def replay_segments(events: list[dict]) -> set[tuple[tuple[str, int], str]]:
+    """The remote segments replay still tracks after ``events``, as (partition, id)."""
+    detector = Detector()
+    for i, event in enumerate(events):
+        detector.ingest(envelope_from_obj(event, f"mem:{i}", i))
+    detector.flush()
+    return {
+        (key, segment_id)
+        for cluster in detector.clusters.values()
+        for key, part in cluster.remote.partitions.items()
+        for segment_id in part.segments
+    }
 
 
 def fresh_topic(broker: EmbeddedBroker, name: str, partitions: int) -> None:
@@ -159,6 +180,15 @@ def test_a_checkpoint_of_an_earlier_release_resumes_with_its_state(
         (row.user_map_key.topic, row.user_map_key.partition)
         for row in state(spark, str(checkpoint), "partitions")
     }
+    assert bool(stored_partitions) == (written["state_format"] < snapshot_format.GROUPED_PARTITIONS)
+    stored_segments = {
+        (key, segment_id)
+        for row in state(spark, str(checkpoint), "detector")
+        for cluster in snapshot_format.decode(row.value.snapshot).clusters.values()
+        for key, part in cluster.remote.partitions.items()
+        for segment_id in part.segments
+    }
+    assert stored_segments, "the old job tracked no remote segment: their move would not be shown"
     topic = written["source_topic"]
     fresh_topic(broker, topic, written["source_partitions"])
     publish(broker, topic, records[:split])
@@ -252,7 +282,16 @@ def test_a_checkpoint_of_an_earlier_release_resumes_with_its_state(
         for row in state(spark, str(checkpoint), "partition_groups")
         for partition in snapshot_format.decode(row.user_map_value.histories)
     }
-    assert stored_partitions and grouped >= stored_partitions, (
+    assert grouped >= stored_partitions, (
         f"of the {len(stored_partitions)} partitions the old job stored, "
         f"{len(stored_partitions - grouped)} are in no group after the restart"
     )
+    # The remote segments of state formats before 4 were moved under their partitions:
+    # the job tracks, across its buckets, exactly the segments replay tracks at the end.
+    tracked = {
+        ((row.user_map_key.topic_id, row.user_map_key.partition), segment_id)
+        for row in state(spark, str(checkpoint), "remote_partitions")
+        for segment_id in snapshot_format.decode(row.user_map_value.segments).segments
+    }
+    assert tracked == replay_segments(events), "the job's remote segments differ from replay's"
+    assert tracked & stored_segments, "none of the old job's segments is tracked after the restart"

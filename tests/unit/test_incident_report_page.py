@@ -216,3 +216,40 @@ def test_replay_refuses_a_report_path_it_cannot_write_before_any_work(tmp_path):
     result = fencewatch(["replay", "--report", "-", str(events)], tmp_path)
     assert result.returncode == 1
     assert "fencewatch replay: --report - would mix the page with the alerts on stdout" in result.stderr
+
+
+def test_a_remote_segment_timeline_marks_the_partitions_finished_uploads(cluster):
+    """A zombie upload (REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED): the remote log
+    lane marks when each of the partition's tracked segments finished copying,
+    read from the partition's segments in the detector."""
+    cluster.change(10_000, leader=2)
+    for ts_ms, segment, broker, cleaner in (
+        (9000, "seg-1", 1, {0: 123}),
+        (11_000, "seg-2", 2, {0: 100, 1: 155}),
+    ):
+        body = s.remote_segment(
+            cluster.topic_id,
+            0,
+            segment,
+            broker_id=broker,
+            start=0,
+            end=max(cleaner.values()),
+            leader_epochs={epoch: 0 for epoch in cleaner},
+            cleaner=cleaner,
+        )
+        cluster.remote(ts_ms, body)
+    for ts_ms, segment, broker in ((11_300, "seg-2", 2), (11_400, "seg-1", 1)):
+        update = s.remote_update(
+            cluster.topic_id, 0, segment, broker_id=broker, state="COPY_SEGMENT_FINISHED"
+        )
+        cluster.remote(ts_ms, update)
+    [(alert, timeline)] = gathered(cluster)
+    assert alert["rule"] == "REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED"
+    uploads = sorted(
+        (m.ts_ms, m.text.split(" (")[0]) for m in timeline.marks if m.text.startswith("segment ")
+    )
+    assert uploads == [
+        (11_300, "segment seg-2 upload by broker 2 finished"),
+        (11_400, "segment seg-1 upload by broker 1 finished"),
+    ]
+    assert {m.lane for m in timeline.marks if m.text.startswith("segment ")} == {"remote log metadata"}

@@ -11,16 +11,20 @@ from __future__ import annotations
 import pickle
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pandas as pd
+import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from detectors.alerts import Alert
 from detectors.config import DetectorConfig
 from detectors.engine import Detector, PendingJudgment
 from detectors.envelope import Envelope, envelope_from_obj
+from detectors.pickling import fast_pickle
+from detectors.remote import PartitionSegments, Segment
 from producers.simulator import SimConfig, Simulator
 from streaming import snapshot_format
 from streaming.pending_store import JUDGMENTS, PendingStore
@@ -29,6 +33,7 @@ from streaming.schema import ALERT, STATS
 from tests.unit.recording_map_state import RecordingMapState
 
 CLUSTER = "sim-1"  # the simulator's cluster; with one bucket, also the operator's key
+MAP_STATES = ("partition_groups", "pending", "remote_partitions")  # the operator's, in this format
 
 
 def attached(backend: RecordingMapState) -> PendingStore:
@@ -130,7 +135,50 @@ def test_restored_at_every_batch_the_detector_judges_each_once_as_replay():
     assert detector.counters == expected.counters
 
 
-def test_a_snapshot_carrying_its_judgments_hands_them_to_the_store():
+@fast_pickle
+@dataclass(slots=True)
+class RemoteViewOfFormat3:
+    """detectors.remote.RemoteView as state formats 1 to 3 pickled it (de81004
+    to 14666cb): tracked segments by id, beside their partitions."""
+
+    segments: dict[str, Segment] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], PartitionSegments] = field(default_factory=dict)
+    deleting: dict[tuple[str, int], tuple[int, int | None]] = field(default_factory=dict)
+
+
+RemoteViewOfFormat3.__module__, RemoteViewOfFormat3.__qualname__ = "detectors.remote", "RemoteView"
+
+
+def stored_remote(tester: TwsTester) -> dict[tuple[str, int], PartitionSegments]:
+    """The remote segments the operator keeps in ``tester``'s state, by partition."""
+    return {
+        key: snapshot_format.decode(value)
+        for key, (value,) in (tester.peekMapState("remote_partitions", CLUSTER) or {}).items()
+    }
+
+
+def written_by_format(
+    written: int,
+    detector: Detector,
+    monkeypatch: pytest.MonkeyPatch,
+    remote: dict[tuple[str, int], PartitionSegments] | None = None,
+) -> bytes:
+    """``detector``'s value as state format ``written`` (1 to 3) pickled it:
+    each cluster's tracked remote segments inside, by id. ``remote``: CLUSTER's
+    partitions' segments, when the detector holds them in a state store."""
+    for name, cluster in detector.clusters.items():
+        partitions = remote if remote is not None and name == CLUSTER else cluster.remote.partitions
+        cluster.remote = RemoteViewOfFormat3(  # type: ignore[assignment]
+            {sid: seg for part in partitions.values() for sid, seg in part.segments.items()},
+            {key: PartitionSegments(part.established_end, part.finished) for key, part in partitions.items()},
+            cluster.remote.deleting,
+        )
+    with monkeypatch.context() as patch:  # pickled under the name it had
+        patch.setattr("detectors.remote.RemoteView", RemoteViewOfFormat3)
+        return b"FWS" + bytes([written]) + pickle.dumps(detector, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def test_a_snapshot_carrying_its_judgments_hands_them_to_the_store(monkeypatch: pytest.MonkeyPatch):
     envs = envelopes(simulated(11, 4000))
     expected = replay(envs)
     old = Detector()  # as releases before state format 2 ran it: judgments inside the snapshot
@@ -139,7 +187,7 @@ def test_a_snapshot_carrying_its_judgments_hands_them_to_the_store():
     alerts = old.drain()
     carried = waiting(old)
     assert carried
-    format_1 = b"FWS" + bytes([1]) + pickle.dumps(old, protocol=pickle.HIGHEST_PROTOCOL)
+    format_1 = written_by_format(1, old, monkeypatch)
     backend = RecordingMapState()
     detector = snapshot_format.decode(format_1)
     assert waiting(detector) == carried
@@ -184,7 +232,7 @@ def operator(tester_state: TwsTester | None = None, scope: str | None = None) ->
     tester = TwsTester(processor, timeMode="ProcessingTime")
     if tester_state is not None:
         tester.updateValueState("detector", CLUSTER, tester_state.peekValueState("detector", CLUSTER))
-        for name in ("partition_groups", "pending"):
+        for name in MAP_STATES:
             tester.updateMapState(name, CLUSTER, tester_state.peekMapState(name, CLUSTER))
     return tester
 
@@ -244,7 +292,7 @@ def test_a_detector_cached_in_the_worker_writes_to_the_state_of_the_task_running
     assert second.peekValueState("detector", CLUSTER)[0] == 2
 
 
-def test_a_bucket_of_state_format_2_has_its_partitions_moved_into_groups():
+def test_a_bucket_of_state_format_2_has_its_partitions_moved_into_groups(monkeypatch: pytest.MonkeyPatch):
     """Up to state format 2 each partition's history had its own entry in the
     ``partitions`` MapState: the first batch after the upgrade moves them into
     ``partition_groups`` and judges on them as replay does."""
@@ -264,7 +312,12 @@ def test_a_bucket_of_state_format_2_has_its_partitions_moved_into_groups():
     # The same state as format 2 wrote it: one entry per partition, a format-2 detector value.
     version, detector = tester.peekValueState("detector", CLUSTER)
     old = operator()
-    old.updateValueState("detector", CLUSTER, (version, b"FWS\x02" + bytes(detector)[4:]))
+    remote = stored_remote(tester)
+    old.updateValueState(
+        "detector",
+        CLUSTER,
+        (version, written_by_format(2, snapshot_format.decode(detector), monkeypatch, remote)),
+    )
     old.updateMapState("pending", CLUSTER, tester.peekMapState("pending", CLUSTER))
     old.updateMapState("partitions", CLUSTER, {key: (b"FWS\x02" + data,) for key, data in histories.items()})
 
@@ -280,3 +333,36 @@ def test_a_bucket_of_state_format_2_has_its_partitions_moved_into_groups():
     assert moved >= set(histories)
     assert snapshot_format.format_of(old.peekValueState("detector", CLUSTER)[1]) == snapshot_format.FORMAT
     assert sorted(alert_ids) == sorted(a.alert_id for a in expected.drain())
+
+
+def test_a_bucket_of_state_format_3_has_its_remote_segments_moved_to_their_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Up to state format 3 the detector value carried every tracked remote
+    segment: the first batch after the upgrade moves them, under their
+    partitions, into ``remote_partitions`` and judges on them as replay does."""
+    events = simulated(23, 4000)
+    expected = replay(envelopes(events))
+    tester = operator()
+    alert_ids = list(
+        tester.testInPandas(CLUSTER, rows(events[:2000], 0)).query("record_type == @ALERT")["id"]
+    )
+    stored = stored_remote(tester)
+    assert any(part.segments for part in stored.values()), "no segment tracked: the test would show nothing"
+
+    # The same state as format 3 wrote it: the segments inside the detector value.
+    version, value = tester.peekValueState("detector", CLUSTER)
+    format_3 = written_by_format(3, snapshot_format.decode(value), monkeypatch, stored)
+    old = operator()
+    old.updateValueState("detector", CLUSTER, (version, format_3))
+    for name in ("partition_groups", "pending"):
+        old.updateMapState(name, CLUSTER, tester.peekMapState(name, CLUSTER))
+
+    out = old.testInPandas(CLUSTER, rows(events[2000:], 2000))
+    alert_ids.extend(out.query("record_type == @ALERT")["id"])
+    alert_ids.extend(old.setProcessingTime(10**13).query("record_type == @ALERT")["id"])
+    assert old.peekMapState("remote_partitions", CLUSTER)
+    assert snapshot_format.format_of(old.peekValueState("detector", CLUSTER)[1]) == snapshot_format.FORMAT
+    assert sorted(alert_ids) == sorted(a.alert_id for a in expected.drain())
+    final = snapshot_format.decode(old.peekValueState("detector", CLUSTER)[1])
+    assert final.counters == expected.counters

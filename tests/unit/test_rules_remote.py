@@ -85,8 +85,8 @@ def test_a_tracked_segment_keeps_its_records_without_their_bodies(cluster):
     update(cluster, 3000, "seg-1", 2, DELETE_STARTED)
     uploaded(cluster, 4000, "seg-2", 1, {0: 200})
     outcome = cluster.run()
-    segments = outcome.detector.cluster(cluster.cluster_name).remote.segments
-    finished, deleting = segments["seg-2"], segments["seg-1"]
+    [part] = outcome.detector.cluster(cluster.cluster_name).remote.partitions.values()
+    finished, deleting = part.segments["seg-2"], part.segments["seg-1"]
     assert finished.finished is not None and finished.finished.body == {}
     assert finished.finished.ts_ms == 4100
     assert deleting.delete_request is not None
@@ -94,6 +94,33 @@ def test_a_tracked_segment_keeps_its_records_without_their_bodies(cluster):
     update(cluster, 5000, "seg-1", 2, DELETE_FINISHED)
     [alert] = cluster.run().alerts
     assert [(e.role, e.ts_ms) for e in alert.evidence][-2:] == [("view", 3000), ("violation", 5000)]
+
+
+def test_a_partitions_segments_are_kept_together_and_leave_with_the_last(cluster):
+    """A partition's segments are one entry (the streaming job stores them per
+    partition); once its last segment is deleted, and no epoch end was
+    established by them, nothing of the partition is kept."""
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    update(cluster, 2500, "seg-1", 1, DELETE_STARTED)
+    remote = cluster.run().detector.cluster(cluster.cluster_name).remote
+    assert list(remote.partitions) == [(cluster.topic_id, 0)]
+    update(cluster, 3000, "seg-1", 1, DELETE_FINISHED)
+    outcome = cluster.run()
+    assert outcome.keys == []
+    assert dict(outcome.detector.cluster(cluster.cluster_name).remote.partitions) == {}
+
+
+def test_a_segment_is_known_by_its_partition_and_id(cluster):
+    """Kafka's RemoteLogSegmentId is the pair (topicIdPartition, id): an update
+    naming the same id under another partition is about a segment not seen,
+    not a move of the tracked one."""
+    uploaded(cluster, 2000, "seg-1", 1, {0: 100})
+    cluster.remote(3000, s.remote_update(cluster.topic_id, 1, "seg-1", broker_id=1, state=DELETE_FINISHED))
+    outcome = cluster.run()
+    assert outcome.keys == []
+    assert outcome.counters.unverified == {"update for a remote segment not seen": 1}
+    [part] = outcome.detector.cluster(cluster.cluster_name).remote.partitions.values()
+    assert part.segments["seg-1"].state == 1  # still COPY_SEGMENT_FINISHED
 
 
 def test_zombie_upload_alert_id_does_not_depend_on_arrival_order(make_history):

@@ -17,6 +17,8 @@ The checkpoints here:
 - de81004: state keyed by (cluster, bucket), 8 buckets (``--buckets``, for
   releases that have them; default the release's own); state format 2, pending
   judgments in their own ``pending`` MapState.
+- 14666cb: 8 buckets; state format 3, partition histories in groups, remote
+  segments in the detector value.
 
 It starts an embedded broker, publishes the first part of a small simulated
 history of two clusters (records keyed by cluster), runs ``streaming.job.start``
