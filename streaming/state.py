@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql.streaming.stateful_processor import MapState
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
@@ -84,7 +84,53 @@ def _same(a: Fingerprint, b: Fingerprint) -> bool:
     return a[0] == b[0] and a[1] == b[1] and a[2] is b[2]
 
 
-class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _ReadOnDemand(MutableMapping[K, V]):
+    """The mapping protocol over a MapState read on demand, what the rules
+    call: a subclass gives ``_load`` (the value, or None when there is none)
+    and ``_put`` (a value, or None to remove it; written at its flush).
+    Listing or counting would read the whole state store, so both refuse."""
+
+    _holds = "entries"  # what the store holds, for those refusals
+
+    def _load(self, key: K) -> V | None:
+        raise NotImplementedError
+
+    def _put(self, key: K, value: V | None) -> None:
+        raise NotImplementedError
+
+    def __getitem__(self, key: K) -> V:
+        value = self._load(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: K, default: Any = None) -> Any:  # type: ignore[override]
+        value = self._load(key)
+        return default if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        return self._load(key) is not None  # type: ignore[arg-type]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self._put(key, value)
+
+    def __delitem__(self, key: K) -> None:
+        if self._load(key) is None:
+            raise KeyError(key)
+        self._put(key, None)
+
+    def __iter__(self) -> Iterator[K]:
+        raise TypeError(f"listing the {self._holds} would read the whole state store")
+
+    def __len__(self) -> int:
+        raise TypeError(f"the number of {self._holds} is not kept in memory")
+
+
+class PartitionStore(_ReadOnDemand[PartitionKey, History[PartitionState]]):
     """A dict-like view of the ``partition_groups`` MapState that reads lazily
     and, when :meth:`flush` is called, writes back the groups that changed.
 
@@ -96,6 +142,7 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
     metadata changes: writing back only changed histories saves a pickle and a
     state-server round trip per read."""
 
+    _holds = "tracked partitions"
     # Pickled histories held between batches; beyond this they are dropped after
     # a flush, so a worker's memory does not grow with the partition count.
     MAX_CACHED = 1_000_000
@@ -145,32 +192,8 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
         self._stored[key] = _fingerprint(history)
         return history
 
-    def __getitem__(self, key: PartitionKey) -> History[PartitionState]:
-        history = self._load(key)
-        if history is None:
-            raise KeyError(key)
-        return history
-
-    def get(self, key: PartitionKey, default: Any = None) -> Any:  # type: ignore[override]
-        history = self._load(key)
-        return default if history is None else history
-
-    def __contains__(self, key: object) -> bool:
-        return self._load(key) is not None  # type: ignore[arg-type]
-
-    def __setitem__(self, key: PartitionKey, value: History[PartitionState]) -> None:
+    def _put(self, key: PartitionKey, value: History[PartitionState] | None) -> None:
         self._cache[key] = value  # a key never loaded is written at flush: nothing to compare with
-
-    def __delitem__(self, key: PartitionKey) -> None:
-        if self._load(key) is None:
-            raise KeyError(key)
-        self._cache[key] = None
-
-    def __iter__(self) -> Iterator[PartitionKey]:
-        raise TypeError("iterating every tracked partition would read the whole state store")
-
-    def __len__(self) -> int:
-        raise TypeError("the number of tracked partitions is not kept in memory")
 
     def adopt(self, entries: Iterable[tuple[PartitionKey, tuple[bytes]]]) -> int:
         """Take in the per-partition entries of state formats 0 to 2 (the
@@ -219,7 +242,7 @@ class PartitionStore(MutableMapping[PartitionKey, History[PartitionState]]):
 RemoteKey = tuple[str, int]
 
 
-class RemoteStore(MutableMapping[RemoteKey, PartitionSegments]):
+class RemoteStore(_ReadOnDemand[RemoteKey, PartitionSegments]):
     """A dict-like view of the ``remote_partitions`` MapState: a partition's
     segments are read the first time a batch names the partition, and every
     partition read is written back at :meth:`flush` if its bytes changed
@@ -227,6 +250,7 @@ class RemoteStore(MutableMapping[RemoteKey, PartitionSegments]):
     cheaper test than the pickle itself). Remote-log-metadata records are
     rare next to produce and fetch outcomes: a batch reads a few partitions."""
 
+    _holds = "partitions' remote segments"
     # Pickled partitions held between batches, to spare the state call of a re-read;
     # beyond this they are dropped after a flush.
     MAX_CACHED = 100_000
@@ -256,32 +280,8 @@ class RemoteStore(MutableMapping[RemoteKey, PartitionSegments]):
         self._live[key] = part
         return part
 
-    def __getitem__(self, key: RemoteKey) -> PartitionSegments:
-        part = self._load(key)
-        if part is None:
-            raise KeyError(key)
-        return part
-
-    def get(self, key: RemoteKey, default: Any = None) -> Any:  # type: ignore[override]
-        part = self._load(key)
-        return default if part is None else part
-
-    def __contains__(self, key: object) -> bool:
-        return self._load(key) is not None  # type: ignore[arg-type]
-
-    def __setitem__(self, key: RemoteKey, value: PartitionSegments) -> None:
+    def _put(self, key: RemoteKey, value: PartitionSegments | None) -> None:
         self._live[key] = value
-
-    def __delitem__(self, key: RemoteKey) -> None:
-        if self._load(key) is None:
-            raise KeyError(key)
-        self._live[key] = None
-
-    def __iter__(self) -> Iterator[RemoteKey]:
-        raise TypeError("iterating every partition's remote segments would read the whole state store")
-
-    def __len__(self) -> int:
-        raise TypeError("the number of partitions with remote segments is not kept in memory")
 
     def adopt(self, partitions: Mapping[RemoteKey, PartitionSegments]) -> int:
         """Take in the remote segments a detector value of state formats 0 to 3

@@ -9,6 +9,7 @@ from typing import Any
 
 from plotly.offline import get_plotlyjs
 from test_option_paths import fencewatch
+from test_rules_remote import elect_broker_2, update, upload
 
 from detectors.engine import Detector
 from fencewatch.incident_report import IncidentReport, Timeline
@@ -222,27 +223,11 @@ def test_a_remote_segment_timeline_marks_the_partitions_finished_uploads(cluster
     """A zombie upload (REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED): the remote log
     lane marks when each of the partition's tracked segments finished copying,
     read from the partition's segments in the detector."""
-    cluster.change(10_000, leader=2)
-    for ts_ms, segment, broker, cleaner in (
-        (9000, "seg-1", 1, {0: 123}),
-        (11_000, "seg-2", 2, {0: 100, 1: 155}),
-    ):
-        body = s.remote_segment(
-            cluster.topic_id,
-            0,
-            segment,
-            broker_id=broker,
-            start=0,
-            end=max(cleaner.values()),
-            leader_epochs={epoch: 0 for epoch in cleaner},
-            cleaner=cleaner,
-        )
-        cluster.remote(ts_ms, body)
-    for ts_ms, segment, broker in ((11_300, "seg-2", 2), (11_400, "seg-1", 1)):
-        update = s.remote_update(
-            cluster.topic_id, 0, segment, broker_id=broker, state="COPY_SEGMENT_FINISHED"
-        )
-        cluster.remote(ts_ms, update)
+    elect_broker_2(cluster)
+    upload(cluster, 9000, "seg-1", 1, {0: 123})
+    upload(cluster, 11_000, "seg-2", 2, {0: 100, 1: 155})
+    update(cluster, 11_300, "seg-2", 2, "COPY_SEGMENT_FINISHED")
+    update(cluster, 11_400, "seg-1", 1, "COPY_SEGMENT_FINISHED")
     [(alert, timeline)] = gathered(cluster)
     assert alert["rule"] == "REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED"
     uploads = sorted(
