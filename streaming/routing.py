@@ -136,15 +136,16 @@ def route(events: DataFrame, buckets: int) -> DataFrame:
         F.from_json(F.col("value").cast("string"), _envelope_schema(buckets)).alias("envelope"),
     )
     envelope = F.col("envelope")
-    # The record key names the cluster; a keyless record is the envelope's;
-    # "" if neither (the processor dead-letters it).
-    cluster = F.coalesce(F.col("key"), envelope["cluster"], F.lit(""))
+    # The record key names the cluster; a keyless record is the envelope's.
+    cluster = F.coalesce(F.col("key"), envelope["cluster"])
     return _spread(parsed.withColumn("cluster", cluster), _buckets(envelope, buckets), buckets)
 
 
 def _spread(records: DataFrame, record_buckets: Column, buckets: int) -> DataFrame:
-    """route's rows of ``records``, whose ``cluster`` column is set and whose
-    buckets (ascending, distinct) are ``record_buckets``."""
+    """route's rows of ``records``, whose buckets (ascending, distinct) are
+    ``record_buckets``."""
+    # "" for a record no cluster names (the processor dead-letters it); the
+    # coalesce also makes ``key`` non-nullable, as the stateful operator's key is.
     cluster = F.coalesce(F.col("cluster"), F.lit(""))
     if buckets == 1:
         return records.select(cluster.alias("key"), F.lit(True).alias("home"), *OUTPUT_COLUMNS[2:])

@@ -41,12 +41,17 @@ def simulate(seed: int, events: int) -> tuple[list[dict], list[dict]]:
     return list(sim.events(events)), sim.truth
 
 
-def replay_alerts(events: list[dict]) -> dict[str, dict]:
+def replayed(events: list[dict]) -> Detector:
+    """A detector after ``events`` and the end of input, as ``fencewatch replay`` leaves it."""
     detector = Detector()
     for i, event in enumerate(events):
         detector.ingest(envelope_from_obj(event, f"mem:{i}", i))
     detector.flush()
-    return {a.alert_id: a.to_dict() for a in detector.drain()}
+    return detector
+
+
+def replay_alerts(events: list[dict]) -> dict[str, dict]:
+    return {a.alert_id: a.to_dict() for a in replayed(events).drain()}
 
 
 def publish(broker: EmbeddedBroker, topic: str, records: list[tuple[bytes, bytes]]) -> None:

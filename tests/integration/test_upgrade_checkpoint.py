@@ -45,11 +45,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from test_job import publish, read_topic, replay_alerts, wait_for
+from test_job import publish, read_topic, replay_alerts, replayed, wait_for
 from test_source_offsets_lost import recreate
 
-from detectors.engine import Detector
-from detectors.envelope import envelope_from_obj
 from streaming import snapshot_format
 from streaming.broker import EmbeddedBroker
 from streaming.bucket_layout import LAYOUT_FILE
@@ -105,13 +103,9 @@ def state(spark: Any, checkpoint: str, variable: str) -> list[Any]:
 
 def replay_segments(events: list[dict]) -> set[tuple[tuple[str, int], str]]:
     """The remote segments replay still tracks after ``events``, as (partition, id)."""
-    detector = Detector()
-    for i, event in enumerate(events):
-        detector.ingest(envelope_from_obj(event, f"mem:{i}", i))
-    detector.flush()
     return {
         (key, segment_id)
-        for cluster in detector.clusters.values()
+        for cluster in replayed(events).clusters.values()
         for key, part in cluster.remote.partitions.items()
         for segment_id in part.segments
     }

@@ -75,6 +75,8 @@ def test_it_pickles_as_an_empty_shell_and_refuses_to_be_listed():
     store = attached(RecordingMapState())
     store[P0] = segments("a")
     copy = pickle.loads(pickle.dumps(store))
+    copy.attach(RecordingMapState())  # type: ignore[arg-type]
+    assert copy.get(P0) is None  # what the store held did not travel with the detector
     with pytest.raises(TypeError):
         len(copy)
     with pytest.raises(TypeError):
