@@ -567,6 +567,11 @@ def main(argv: list[str] | None = None) -> int:
         help="buckets per cluster for (a), repeatable: one run of (a) each (default 1 and 8)",
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--jvm-options",
+        default="",
+        help="Java options of the job's JVM, as --jvm-options=OPTIONS (fencewatch run's option)",
+    )
     p.add_argument("--skip", default="", help="comma list of sections to skip: a,b,c,d,e,f")
     args = p.parse_args(argv)
     rates = args.rate or [2000]
@@ -645,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
 
         log("starting Spark ...")
         s0 = time.time()
-        spark = spark_session("local[2]", shuffle_partitions=2)
+        spark = spark_session("local[2]", shuffle_partitions=2, jvm_options=args.jvm_options)
         results.append(("spark session start", f"{time.time() - s0:.1f} s (excluded)"))
         spark_rate = None
         for buckets in bucket_counts if "a" not in skip else []:
@@ -889,7 +894,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, master local[2], "
-        f"shuffle partitions 2, event topics {tp} partitions, total run {time.time() - t0:.0f} s"
+        f"shuffle partitions 2, event topics {tp} partitions, JVM options {args.jvm_options or '(none)'}, "
+        f"total run {time.time() - t0:.0f} s"
     )
     print(
         f"detection: grace {cfg.grace_ms} ms + lateness {cfg.lateness_ms} ms of event time before a "

@@ -49,7 +49,13 @@ def spark_log_path(checkpoint: str | None, prog: str) -> str:
 
 
 def start_spark(
-    prog: str, master: str, log_file: str | None, *, app_name: str = "fencewatch", shuffle_partitions: int = 2
+    prog: str,
+    master: str,
+    log_file: str | None,
+    *,
+    app_name: str = "fencewatch",
+    shuffle_partitions: int = 2,
+    jvm_options: str = "",
 ) -> SparkSession:
     """A session (streaming.job.spark_session) with its output in ``log_file``
     (None: on the console); a JVM that does not start ends the command in one line."""
@@ -59,14 +65,18 @@ def start_spark(
 
     try:
         return spark_session(
-            master, app_name=app_name, shuffle_partitions=shuffle_partitions, log_file=log_file
+            master,
+            app_name=app_name,
+            shuffle_partitions=shuffle_partitions,
+            log_file=log_file,
+            jvm_options=jvm_options,
         )
     except PySparkRuntimeError as exc:
         fail(
             prog,
             f"Spark did not start ({exc.getCondition() or exc})",
-            "check that Java 17 or 21 is installed (java -version) and JAVA_HOME points to it"
-            + _details(log_file),
+            "check that Java 17 or 21 is installed (java -version), that JAVA_HOME points to it, and "
+            "that the JVM takes the Java options given (--jvm-options)" + _details(log_file),
         )
 
 

@@ -88,6 +88,9 @@ _DEFAULT_GROUP_ID = "fencewatch-spark-source"
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch
 # cost, small enough to keep a Python worker's memory flat.
 _ARROW_BATCH_ROWS = 10_000
+# The fewest records ``minPartitions`` gives a Spark task of its own: below it,
+# starting one more consumer costs more than reading on in the same task.
+MIN_SPLIT_EVENTS = 5_000
 
 
 class BuiltinKafkaUnavailable(RuntimeError):
@@ -118,6 +121,7 @@ class SourceOptions:
     starting_offsets: str  # "earliest" or "latest"
     max_events_per_trigger: int | None
     max_events_per_split: int | None
+    min_partitions: int | None
     probe_timeout_seconds: float
     read_timeout_seconds: float
     idle_trigger_ms: int | None = None  # None: never plan an empty batch
@@ -142,6 +146,7 @@ class SourceOptions:
             starting_offsets=starting,
             max_events_per_trigger=_positive_int(lowered, "maxeventspertrigger"),
             max_events_per_split=_positive_int(lowered, "maxeventspersplit"),
+            min_partitions=_positive_int(lowered, "minpartitions"),
             probe_timeout_seconds=(_positive_int(lowered, "probetimeoutms") or 10_000) / 1000,
             read_timeout_seconds=(_positive_int(lowered, "readtimeoutms") or 120_000) / 1000,
             idle_trigger_ms=_positive_int(lowered, "idletriggerms"),
@@ -266,12 +271,31 @@ def apportion(start: Offsets, end: Offsets, max_events: int) -> Offsets:
     return {p: start.get(p, 0) + taken[p] for p in end}
 
 
-def split_ranges(topic: str, start: Offsets, end: Offsets, max_per_split: int | None) -> list[OffsetRange]:
-    """Cut each partition's ``[start, end)`` into ranges of at most ``max_per_split``."""
+def split_ranges(
+    topic: str,
+    start: Offsets,
+    end: Offsets,
+    max_per_split: int | None,
+    min_splits: int | None = None,
+) -> list[OffsetRange]:
+    """Cut each partition's ``[start, end)`` into ranges of at most
+    ``max_per_split``, and into at least ``min_splits`` ranges in all where
+    the backlog allows it: one cluster's events sit in one Kafka partition
+    (records are keyed by cluster), which would otherwise be one Spark task
+    however many cores read. Each partition gets pieces in proportion to its
+    backlog (as Spark's connector does for ``minPartitions``), none smaller
+    than ``MIN_SPLIT_EVENTS``: a piece costs a consumer's start."""
+    backlog = {p: end[p] - start.get(p, 0) for p in end}
+    total = sum(n for n in backlog.values() if n > 0)
     ranges: list[OffsetRange] = []
     for p in sorted(end, key=int):
         lo, hi = start.get(p, 0), end[p]
-        step = max_per_split or max(hi - lo, 1)
+        step = max(hi - lo, 1)
+        if min_splits and total:
+            pieces = min(max(round(min_splits * (hi - lo) / total), 1), max((hi - lo) // MIN_SPLIT_EVENTS, 1))
+            step = -(-step // pieces)
+        if max_per_split:
+            step = min(step, max_per_split)
         ranges.extend(OffsetRange(topic, int(p), s, min(s + step, hi)) for s in range(lo, hi, step))
     return ranges
 
@@ -373,6 +397,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partition_offsets(start),
             partition_offsets(end),
             self._opts.max_events_per_split,
+            self._opts.min_partitions,
         )
 
     def commit(self, end: Offsets) -> None:
@@ -668,7 +693,10 @@ class KafkaDataSource(DataSource):
     setting; ``subscribe`` (one topic); ``startingOffsets`` (``earliest`` |
     ``latest``, default latest; applies to a new checkpoint only);
     ``maxEventsPerTrigger`` (events per micro-batch); ``maxEventsPerSplit``
-    (events per Spark task, splitting hot partitions); ``probeTimeoutMs``
+    (events per Spark task, splitting hot partitions); ``minPartitions``
+    (read each batch in at least this many Spark tasks where it holds at least
+    ``MIN_SPLIT_EVENTS`` events per task, as Spark's connector's option of that
+    name; the job sets Spark's default parallelism); ``probeTimeoutMs``
     (default 10000) and ``readTimeoutMs`` (default 120000); ``idleTriggerMs``
     (plan an empty micro-batch after this long without records, and once more
     after as long again; default never); ``routeBuckets`` (route each record to

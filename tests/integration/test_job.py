@@ -19,6 +19,7 @@ from detectors.truth import confusion, match_key
 from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker
 from streaming.job import JobOptions, start
+from streaming.kafka_source import MIN_SPLIT_EVENTS
 from streaming.metrics import Metrics
 
 pytestmark = pytest.mark.integration
@@ -113,14 +114,18 @@ def wait_for(condition: Callable[[], bool], query, timeout_s: float, what: str) 
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
-@pytest.mark.parametrize("buckets", [1, 7, 64])
-def test_streaming_alerts_equal_replay_and_ground_truth(spark, broker, make_topic, tmp_path: Path, buckets):
-    """Whatever the number of buckets a cluster is split into (detectors.buckets)."""
+@pytest.mark.parametrize(("buckets", "batch_events"), [(1, 5_000), (7, 3 * MIN_SPLIT_EVENTS), (64, 5_000)])
+def test_streaming_alerts_equal_replay_and_ground_truth(
+    spark, broker, make_topic, tmp_path: Path, buckets, batch_events
+):
+    """Whatever the number of buckets a cluster is split into (detectors.buckets),
+    and whether a batch of the cluster's partition is read in one task or in
+    pieces (kafka_source's minPartitions: two tasks on local[2] with 7 buckets)."""
     events, truth = simulate(seed=7, events=20_000)
     expected = replay_alerts(events)
     table = confusion(expected.values(), truth)
     assert all(c["fp"] == 0 and c["fn"] == 0 for c in table.values()), table
-    options = job_options(broker, make_topic, tmp_path, max_events_per_trigger=5_000, buckets=buckets)
+    options = job_options(broker, make_topic, tmp_path, max_events_per_trigger=batch_events, buckets=buckets)
     source, alerts_topic, dead_topic = options.topic, options.alerts_topic, options.dead_letter_topic
     records = [(e["cluster"].encode(), orjson.dumps(e)) for e in events]
     records[100:100] = [(b"sim-1", bad) for bad, _ in BAD_RECORDS]

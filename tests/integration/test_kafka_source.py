@@ -25,7 +25,11 @@ from streaming.broker import EmbeddedBroker
 from streaming.kafka_source import (
     EVENT_SCHEMA,
     IDLE_TICKS,
+    MIN_SPLIT_EVENTS,
     BuiltinKafkaUnavailable,
+    KafkaStreamReader,
+    OffsetRange,
+    SourceOptions,
     apportion,
     read_events,
     split_ranges,
@@ -125,6 +129,43 @@ def test_split_ranges_cuts_hot_partitions() -> None:
         (0, 200, 250),
     ]
     assert len(split_ranges("t", {"0": 0}, {"0": 250}, None)) == 1
+
+
+def _spans(ranges: list[OffsetRange]) -> list[tuple[int, int, int]]:
+    return [(r.partition, r.start, r.end) for r in ranges]
+
+
+def test_min_splits_reads_one_hot_partition_in_several_tasks() -> None:
+    # One cluster's events sit in one partition: two cores read it as two halves.
+    assert _spans(split_ranges("t", {"0": 0, "1": 0}, {"0": 50_000, "1": 0}, None, 2)) == [
+        (0, 0, 25_000),
+        (0, 25_000, 50_000),
+    ]
+    # Pieces follow each partition's backlog, and a cap per split still holds.
+    spans = _spans(split_ranges("t", {"0": 0, "1": 0}, {"0": 30_000, "1": 10_000}, 8_000, 4))
+    assert spans == [
+        (0, 0, 8_000),
+        (0, 8_000, 16_000),
+        (0, 16_000, 24_000),
+        (0, 24_000, 30_000),
+        (1, 0, 8_000),
+        (1, 8_000, 10_000),
+    ]
+    spans = _spans(split_ranges("t", {"0": 100}, {"0": 30_100}, None, 3))
+    assert spans == [(0, 100, 10_100), (0, 10_100, 20_100), (0, 20_100, 30_100)]
+
+
+def test_min_splits_leaves_small_backlogs_whole() -> None:
+    # A piece under MIN_SPLIT_EVENTS would cost a consumer's start for little reading.
+    assert len(split_ranges("t", {"0": 0}, {"0": 2 * MIN_SPLIT_EVENTS - 1}, None, 2)) == 1
+    assert len(split_ranges("t", {"0": 0}, {"0": 2 * MIN_SPLIT_EVENTS}, None, 8)) == 2
+    assert split_ranges("t", {"0": 5}, {"0": 5}, None, 2) == []
+
+
+def test_reader_plans_min_partitions_option() -> None:
+    options = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "minPartitions": "2"}
+    reader = KafkaStreamReader(SourceOptions.parse(options))
+    assert _spans(reader.partitions({"0": 0}, {"0": 20_000})) == [(0, 0, 10_000), (0, 10_000, 20_000)]
 
 
 # -- end to end ------------------------------------------------------------------
@@ -268,15 +309,22 @@ def test_max_events_per_trigger_bounds_each_batch(
     _assert_exactly_once(_rows(spark, name), produced)
 
 
-def test_max_events_per_split_reads_hot_partition_in_pieces(
+@pytest.mark.parametrize(
+    ("records", "option"),
+    [(1000, {"maxEventsPerSplit": "90"}), (3 * MIN_SPLIT_EVENTS, {"minPartitions": "3"})],
+    ids=["max-events-per-split", "min-partitions"],
+)
+def test_a_hot_partition_read_in_pieces_gives_every_record_once(
     spark: SparkSession,
     broker: EmbeddedBroker,
     make_topic: Callable[..., str],
     produce: Callable[..., Produced],
+    records: int,
+    option: dict[str, str],
 ) -> None:
     topic = make_topic(1)
-    produced = produce(topic, 1000, partitions=1, wave=500)
-    df = read_events(spark, _options(broker, topic, maxEventsPerSplit="90"))
+    produced = produce(topic, records, partitions=1, wave=records // 2)
+    df = read_events(spark, _options(broker, topic, **option))
     name, query = _memory_query(df, available_now=True)
     assert query.awaitTermination(WAIT_SECONDS)
     _assert_exactly_once(_rows(spark, name), produced)

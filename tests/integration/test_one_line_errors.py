@@ -2,8 +2,8 @@
 in ONE line on stderr that names the cause and the next step, exit code 1,
 without librdkafka's repeated connection errors or Spark's output: a dead
 broker, TLS or SASL settings the listener does not speak, an invalid client
-setting, a missing topic, a busy metrics port, and a broker that dies under a
-running job. A publisher says once that no broker answers."""
+setting, a missing topic, a busy metrics port, Java options the JVM refuses,
+and a broker that dies under a running job. A publisher says once that no broker answers."""
 
 from __future__ import annotations
 
@@ -153,6 +153,22 @@ def test_run_with_its_metrics_port_taken_says_so_in_one_line(
         f"fencewatch run: cannot serve metrics on 127.0.0.1:{port}: Address already in use -- choose "
         "another --metrics-port (0: any free port), or -1 to turn metrics off"
     ]
+
+
+@pytest.mark.timeout(120)
+def test_run_with_java_options_the_jvm_refuses_says_so_in_one_line(
+    broker: EmbeddedBroker, make_topic, tmp_path: Path
+) -> None:
+    argv = run_argv(broker.bootstrap_servers, make_topic(1), tmp_path / "ck", "--jvm-options=-Xss1x")
+    code, lines = fencewatch(argv, tmp_path)
+    assert code == 1
+    log = tmp_path / "ck" / LOG_NAME
+    assert lines == [
+        "fencewatch run: Spark did not start (JAVA_GATEWAY_EXITED) -- check that Java 17 or 21 is "
+        "installed (java -version), that JAVA_HOME points to it, and that the JVM takes the Java "
+        f"options given (--jvm-options); details in {log}"
+    ]
+    assert "Invalid thread stack size: -Xss1x" in log.read_text(), "the JVM's own words are in the log"
 
 
 @pytest.mark.timeout(120)

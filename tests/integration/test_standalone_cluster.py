@@ -19,6 +19,8 @@ from streaming.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1"  # one of --jvm-options' uses (docs/operations.md)
+
 
 @pytest.fixture(scope="module")
 def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
@@ -42,6 +44,7 @@ def test_job_on_standalone_cluster_alerts_equal_replay(
             *("--checkpoint", str(tmp_path / "ck"), "--master", standalone_cluster.url),
             *("--alerts-topic", alerts_topic, "--dead-letter-topic", dead_topic, "--quiet"),
             *("--trigger-seconds", "0.5", "--max-events-per-trigger", "5000", "--idle-flush-ms", "2000"),
+            f"--jvm-options={JVM_OPTIONS}",
         ],
         tmp_path / "run.log",
     )
@@ -70,6 +73,9 @@ def test_job_on_standalone_cluster_alerts_equal_replay(
     # The work ran on the cluster, not in a local driver.
     assert "Registering app fencewatch" in master.log_text(), master.log_tail()
     assert "Asked to launch executor" in worker.log_text(), worker.log_tail()
+    # Its executors run with the job's Java options (ExecutorRunner logs each launch).
+    launches = [line for line in worker.log_text().splitlines() if "Launch command:" in line]
+    assert launches and all(f'"{JVM_OPTIONS}"' in line for line in launches), launches
 
     delivered = read_topic(broker, alerts_topic)
     ids = [headers["fencewatch-id"] for headers, _ in delivered]
