@@ -33,6 +33,7 @@ as a Kafka consumer whose position is out of range does.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -283,17 +284,18 @@ def split_ranges(
     the backlog allows it: one cluster's events sit in one Kafka partition
     (records are keyed by cluster), which would otherwise be one Spark task
     however many cores read. Each partition gets pieces in proportion to its
-    backlog (as Spark's connector does for ``minPartitions``), none smaller
+    backlog, rounded up (so ``min_splits`` are reached), none smaller
     than ``MIN_SPLIT_EVENTS``: a piece costs a consumer's start."""
     backlog = {p: end[p] - start.get(p, 0) for p in end}
     total = sum(n for n in backlog.values() if n > 0)
     ranges: list[OffsetRange] = []
     for p in sorted(end, key=int):
         lo, hi = start.get(p, 0), end[p]
-        step = max(hi - lo, 1)
+        pieces = 1
         if min_splits and total:
-            pieces = min(max(round(min_splits * (hi - lo) / total), 1), max((hi - lo) // MIN_SPLIT_EVENTS, 1))
-            step = -(-step // pieces)
+            wanted = math.ceil(min_splits * backlog[p] / total)
+            pieces = max(1, min(wanted, backlog[p] // MIN_SPLIT_EVENTS))
+        step = math.ceil(max(backlog[p], 1) / pieces)
         if max_per_split:
             step = min(step, max_per_split)
         ranges.extend(OffsetRange(topic, int(p), s, min(s + step, hi)) for s in range(lo, hi, step))

@@ -153,6 +153,8 @@ def test_min_splits_reads_one_hot_partition_in_several_tasks() -> None:
     ]
     spans = _spans(split_ranges("t", {"0": 100}, {"0": 30_100}, None, 3))
     assert spans == [(0, 100, 10_100), (0, 10_100, 20_100), (0, 20_100, 30_100)]
+    # Shares are rounded up: two even partitions and five tasks wanted make six, not four.
+    assert len(split_ranges("t", {"0": 0, "1": 0}, {"0": 30_000, "1": 30_000}, None, 5)) == 6
 
 
 def test_min_splits_leaves_small_backlogs_whole() -> None:
