@@ -88,8 +88,8 @@ def spark_session(
     jvm_options: Java options of the driver's and the executors' JVMs (their
     ``extraJavaOptions``; "": Spark's settings); the driver's apply when this
     process starts the JVM. ``-XX:TieredStopAtLevel=1`` (HotSpot's C1 compiler
-    alone) made the first minutes of a job cheaper and no later ones faster
-    (docs/performance.md, "The JVM's compilers").
+    alone) made a job's first minutes cheaper, and 4M events dearer
+    (docs/performance.md, "... and the JVM's compilers").
 
     log_file: append everything the JVM prints (log4j's console output, Java
     stack traces) and what its Python workers print to this file instead of
