@@ -14,8 +14,9 @@ figure printed is measured in that run:
     simulated envelopes are published first, then the job starts
     (``--max-events-per-trigger`` per micro-batch); the rate is total rows /
     (end of the last batch with input - start of the first batch with input),
-    from ``query.recentProgress``; Spark session start-up is excluded, the
-    first batch's Python-worker start is not.
+    from the query's progress reports (``lastProgress``, polled every
+    ``POLL_SECONDS``); Spark session start-up is excluded, the first batch's
+    Python-worker start is not.
     The median of the per-batch rates (rows / triggerExecution) is printed too,
     and where the time of a batch goes: the medians, over batches after the
     first, of Spark's ``durationMs`` phases and of the stateful operator's
@@ -281,8 +282,17 @@ class Progress:
         self.batches: dict[int, dict[str, Any]] = {}
 
     def poll(self) -> None:
-        for p in self.query.recentProgress:
-            self.batches[p["batchId"]] = p
+        # One report per poll: recentProgress converts every report it keeps (up
+        # to 100) through py4j and JSON on each call, which at 20 polls a second
+        # had this process and the JVM spend CPU that grew with the run's length
+        # (docs/performance.md, "The benchmark's own polling"). It is read only
+        # when reports were missed between two polls.
+        last = self.query.lastProgress
+        if last is not None and last["batchId"] not in self.batches:
+            if last["batchId"] > max(self.batches, default=-1) + 1:
+                for p in self.query.recentProgress:
+                    self.batches[p["batchId"]] = p
+            self.batches[last["batchId"]] = last
         if self.query.exception() is not None:
             raise RuntimeError(f"query failed: {self.query.exception()}")
 
@@ -710,8 +720,13 @@ def main(argv: list[str] | None = None) -> int:
             results.append((f"{a} batch phases", batch_phases(batches[1:] or batches)))
             results.extend(steady_cpu_results(a, job_cpu, plain_cpu))
             if plain_rates:
+                plain_rate = statistics.median(plain_rates)
                 results.append(
-                    (f"{a} Spark / plain (b)", f"{spark_rate / statistics.median(plain_rates):.2f}x")
+                    (
+                        f"{a} Spark / plain (b)",
+                        f"{statistics.median(steady) / plain_rate:.2f}x on steady batches (without the 1st), "
+                        f"{spark_rate / plain_rate:.2f}x total/elapsed",
+                    )
                 )
             if "e" not in skip and buckets == bucket_counts[0]:
                 results.append(
