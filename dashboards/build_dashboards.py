@@ -73,7 +73,9 @@ def timeseries(
     stack: bool = False,
     bars: bool = False,
     min_zero: bool = True,
+    steps: tuple[tuple[float | None, str], ...] | None = None,
 ) -> dict[str, Any]:
+    """A time series panel; ``steps`` (thresholds) are drawn as dashed lines."""
     custom: dict[str, Any] = {
         "drawStyle": "bars" if bars else "line",
         "fillOpacity": 60 if bars else 10,
@@ -86,6 +88,9 @@ def timeseries(
     defaults: dict[str, Any] = {"custom": custom, "unit": unit}
     if min_zero:
         defaults["min"] = 0
+    if steps:
+        custom["thresholdsStyle"] = {"mode": "dashed"}
+        defaults["thresholds"] = thresholds(*steps)
     return {
         "type": "timeseries",
         "title": title,
@@ -281,9 +286,16 @@ def violations_row() -> list[tuple[dict[str, Any], int, int]]:
     ]
 
 
+# FencewatchClockSkew's limit (dashboards/prometheus/rules/fencewatch.rules.yml), in seconds.
+CLOCK_SKEW_LIMIT = 2
+
+
 def cluster_row() -> list[tuple[dict[str, Any], int, int]]:
     def per_cluster(metric: str) -> str:
         return f"sum by (cluster) ({metric}{{{CLUSTER}}})"
+
+    def clock_bound(agg: str, bound: str) -> str:
+        return f'{agg} by (cluster, node) (fencewatch_clock_offset_seconds{{{CLUSTER}, bound="{bound}"}})'
 
     return [
         (
@@ -314,6 +326,26 @@ def cluster_row() -> list[tuple[dict[str, Any], int, int]]:
                 ),
             ),
             12,
+            8,
+        ),
+        (
+            timeseries(
+                "Clock offsets vs the metadata log",
+                "Each node's clock minus the metadata log's (the active controller's): the interval, low "
+                "to high, that fencewatch measured from causal evidence in Kafka's logs "
+                "(fencewatch_clock_offset_seconds). fencewatch corrects its verdicts by it. A node "
+                "without evidence yet is not shown: its 0 is an assumption, not a measurement. Alert "
+                f"FencewatchClockSkew fires when a node's whole interval lies beyond ±{CLOCK_SKEW_LIMIT} s "
+                "(the dashed lines) for 5 minutes: check NTP/chrony on that node.",
+                targets(
+                    (clock_bound("max", "low"), "{{cluster}} node {{node}} low"),
+                    (clock_bound("min", "high"), "{{cluster}} node {{node}} high"),
+                ),
+                unit="s",
+                min_zero=False,
+                steps=((None, "red"), (-CLOCK_SKEW_LIMIT, "green"), (CLOCK_SKEW_LIMIT, "red")),
+            ),
+            24,
             8,
         ),
     ]

@@ -34,13 +34,16 @@ class Evidence:
     offset: int | None
     position: str
     summary: str
+    # The clock offset interval a verdict allowed for (role "clock" only; detectors.clocks).
+    offset_low_ms: int | None = None
+    offset_high_ms: int | None = None
 
     @classmethod
     def of(cls, role: str, env: Envelope, summary: str) -> Evidence:
         return cls(role, env.kind, env.ts_ms, env.node, env.offset, env.position, summary)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "role": self.role,
             "kind": self.kind,
             "ts_ms": self.ts_ms,
@@ -49,6 +52,10 @@ class Evidence:
             "position": self.position,
             "summary": self.summary,
         }
+        if self.role == "clock":
+            out["offset_low_ms"] = self.offset_low_ms
+            out["offset_high_ms"] = self.offset_high_ms
+        return out
 
 
 @fast_pickle

@@ -3,6 +3,7 @@ are made, so every rule produces the same alert shape."""
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 
 from detectors.alerts import FIRING, Alert, Evidence, make_alert_id
 from detectors.buckets import WHOLE, Bucket
+from detectors.clocks import ASSUMED, ClockBook, ClockInterval
 from detectors.config import DetectorConfig
 from detectors.envelope import Envelope
 from detectors.history import History
@@ -68,10 +70,18 @@ class ClusterState:
         self.view = ClusterView(config.retention_ms)
         self.quorum = QuorumView()
         self.remote = RemoteView()
+        self.clocks = new_clock_book(config)
         # Newest controller epoch each broker accepted (StopReplica / LeaderAndIsr / UpdateMetadata).
         self.controller_epochs: dict[int, History[tuple[int, Evidence]]] = {}
         self.out: list[Alert] = []
         self._emitted: OrderedDict[str, None] = OrderedDict()
+
+    @property
+    def measures_clocks(self) -> bool:
+        """Whether this state measures clocks and keeps event time per source
+        (DetectorConfig.measure_clocks): only a state of a whole cluster does, since
+        a bucket's requests are its own partitions' alone."""
+        return self.config.measure_clocks and self.bucket.count == 1
 
     def describe(self, key: PartitionKey) -> str:
         """``topic-partition`` with the topic's name where the view knows it."""
@@ -84,18 +94,58 @@ class ClusterState:
         pickled with the detector and exported as metric labels)."""
         self.counters.bump(self.counters.unverified, str(reason))
 
+    def clock(self, env: Envelope, node: int | None = None) -> ClockInterval:
+        """The offset interval of the clock that stamped ``env`` (detectors.clocks).
+        ``node``: the writer of a remote log metadata record (its broker's clock)."""
+        if env.kind == "remote_log_metadata" and node is not None:
+            return self.clocks.interval(node, env.ts_ms)
+        if env.kind not in ("request", "quorum_state"):
+            return ASSUMED
+        return self.clocks.interval(env.node, env.ts_ms)
+
+    def moment(self, env: Envelope) -> tuple[int, int]:
+        """The earliest and latest moments of the metadata log's clock at which
+        ``env``'s node may have acted (no wider than ``clock_limit_ms`` allows)."""
+        interval = self.clock(env)
+        if not interval.measured or not math.isfinite(interval.width_ms):
+            return env.ts_ms, env.ts_ms
+        width = min(interval.width_ms, self.config.clock_limit_ms)
+        earliest = math.floor(env.ts_ms - handling_ms(env) - interval.high_ms)
+        return earliest, math.ceil(earliest + handling_ms(env) + width)
+
+    def judged_window(self, env: Envelope, node: int | None = None) -> tuple[int, int] | None:
+        """The metadata log's times within the grace window of some moment at which
+        ``env``'s node may have acted: between the request's arrival at the
+        earliest offset its node's clock interval allows and its completion at
+        the latest. None (counted as "clock uncertain") when the interval is wider
+        than ``clock_limit_ms``. A node without clock evidence is taken to agree
+        with the metadata log, the grace window its only tolerance."""
+        grace = self.config.grace_ms
+        interval = self.clock(env, node)
+        if not interval.measured:
+            return env.ts_ms - grace, env.ts_ms + grace
+        if interval.width_ms > self.config.clock_limit_ms:
+            self.unverified(UnverifiedReason.CLOCK_UNCERTAIN)
+            return None
+        arrival = env.ts_ms - handling_ms(env)
+        return math.floor(arrival - interval.high_ms) - grace, math.ceil(env.ts_ms - interval.low_ms) + grace
+
     def partition_window(
-        self, topic: str | None, topic_id: str | None, index: int, ts_ms: int
+        self, topic: str | None, topic_id: str | None, index: int, env: Envelope, node: int | None = None
     ) -> tuple[PartitionKey, list[PartitionState]] | None:
-        """The partition's states within the grace window around ``ts_ms``, or
-        None (counted as unverified) when the view does not know the partition."""
-        key = self.view.resolve_topic(topic, topic_id, ts_ms)
+        """The partition's states within the grace window around the moment
+        ``env`` was handled (:meth:`judged_window`), or None (counted as
+        unverified) when the view does not know the partition or the moment
+        is too uncertain."""
+        key = self.view.resolve_topic(topic, topic_id, env.ts_ms)
         history = self.view.partition((key, index)) if key else None
         if history is None:
             self.unverified(UnverifiedReason.UNKNOWN_PARTITION)
             return None
-        grace = self.config.grace_ms
-        states = history.window(ts_ms - grace, ts_ms + grace)
+        window = self.judged_window(env, node)
+        if window is None:
+            return None
+        states = history.window(*window)
         if not states:
             self.unverified(UnverifiedReason.PARTITION_CREATED_AFTER)
             return None
@@ -130,7 +180,11 @@ class ClusterState:
         self._emitted[alert_id] = None
         if len(self._emitted) > REMEMBERED_ALERT_IDS:
             self._emitted.popitem(last=False)
-        chain = (*evidence, Evidence.of("violation", env, violation_summary or message))
+        # A verdict on a partition placed the request among its states by the clock;
+        # the violating event stays last.
+        interval = self.clock(env) if partition_key is not None else ASSUMED
+        clock = (clock_evidence(env, interval),) if interval.measured else ()
+        chain = (*evidence, *clock, Evidence.of("violation", env, violation_summary or message))
         alert = Alert(
             alert_id=alert_id,
             rule=rule.id,
@@ -149,3 +203,35 @@ class ClusterState:
         )
         self.counters.bump(self.counters.alerts, (rule.id, alert.severity, status))
         self.out.append(alert)
+
+
+def handling_ms(env: Envelope) -> int:
+    """How long the request took from arrival to the response (the request log's
+    ``totalTimeMs``); its line is stamped at the end. Bodies kept for judgments
+    carry only this (detectors.envelope.without_body)."""
+    total = env.body.get("totalTimeMs")
+    if not isinstance(total, int | float) or isinstance(total, bool) or not 0 <= total < 2**31:
+        return 0
+    return math.ceil(total)
+
+
+def clock_evidence(env: Envelope, interval: ClockInterval) -> Evidence:
+    """The clock offset interval a verdict on ``env`` allowed for, as evidence."""
+    bounds = interval.to_dict()
+    low, high = bounds["low_ms"], bounds["high_ms"]
+    how = "causal evidence" if interval.low_measured else "the clock slack assumed below the upper bound"
+    summary = (
+        f"{interval.describe(env.node)} (offset {low}..{high} ms from {interval.evidence} half-seconds "
+        f"of evidence, lower bound from {how}): the verdict holds for every offset in it"
+    )
+    return Evidence("clock", "clock", env.ts_ms, env.node, None, env.position, summary, low, high)
+
+
+def new_clock_book(config: DetectorConfig) -> ClockBook:
+    return ClockBook(
+        window_ms=config.clock_window_ms,
+        slack_ms=config.clock_slack_ms,
+        ahead_ms=config.grace_ms,
+        limit_ms=config.clock_limit_ms,
+        back_ms=config.lateness_ms,
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -10,36 +10,89 @@ class DetectorConfig:
     """How much the detector tolerates before it calls an outcome a violation.
 
     grace_ms: how long after a change of the authoritative view a broker may
-        still act on the previous view (brokers apply metadata asynchronously),
-        and how far one source's clock may run behind another's. Rules that
-        compare a broker's behaviour with the view accept any state the view
-        held within ``[ts_ms - grace_ms, ts_ms + grace_ms]``.
-    lateness_ms: how far out of ``ts_ms`` order events may arrive. Judgments wait
-        until the event-time watermark (newest ``ts_ms`` seen minus this) has
-        passed ``ts_ms + grace_ms``, so every event that can change a verdict is
-        in before the verdict is made. Replay of merged files needs none; a
-        streaming job reading several shippers needs their worst skew.
+        still act on the previous view (brokers apply metadata asynchronously).
+        Rules that compare a broker's behaviour with the view accept any state
+        the view held within ``grace_ms`` of the moment the broker acted, that
+        moment being every one the node's measured clock offset allows
+        (detectors.clocks).
+    lateness_ms: how far out of ``ts_ms`` order one source's events may arrive.
+        Judgments wait until every active source's event time (detectors.progress)
+        has passed the judged moment plus ``grace_ms`` and this, so every event
+        that can change a verdict is in before the verdict is made.
     quorum_fetch_timeout_ms: Kafka's ``quorum.fetch.timeout.ms`` (KIP-595); a
         quorum leader that keeps acting as leader 1.5x this long without fetches
         from a majority is a zombie.
+    clock_window_ms: how far back a node's clock evidence counts; older evidence
+        may describe a clock that has drifted since.
+    clock_slack_ms: how soon after a leader epoch is created the first request
+        carrying it reaches a node that serves the partition. A node whose clock
+        has no lower bound of its own (a broker: Kafka's logs only show what it
+        learned, never what it caused) is taken to be no further behind its
+        measured upper bound than this.
+    clock_limit_ms: a node whose offset interval is wider than this is "clock
+        uncertain": its time-dependent verdicts are counted, not raised.
+    idle_ms: a source silent this long (in the other sources' time) is idle and
+        stops holding back the others' judgments.
+    measure_clocks: measure each node's clock, make the metadata log's time
+        continuous across its steps and combine event time per source
+        (detectors.clocks, detectors.progress). Off (the default, as up to
+        f6ae53e), the newest time of any source less the lateness is the
+        watermark and every clock is taken to agree with the metadata log's
+        within the grace window. Only a detector of a whole cluster measures: a
+        bucket of the streaming job sees only its own partitions' requests, so
+        its clocks and event time would differ from the whole cluster's and
+        different layouts would judge differently. Off by default so that
+        ``fencewatch replay`` keeps raising the alerts of the default job (8
+        buckets); docs/architecture.md, "Time and clocks".
     """
 
     grace_ms: int = 2000
     lateness_ms: int = 1000
     quorum_fetch_timeout_ms: int = 2000
+    clock_window_ms: int = 30_000
+    clock_slack_ms: int = 1000
+    clock_limit_ms: int = 30_000
+    idle_ms: int = 2000
+    measure_clocks: bool = False
+
+    def __setstate__(self, state: list[object] | dict[str, object]) -> None:
+        """Restore a pickled config (its field values in order); one pickled
+        before a setting existed (up to f6ae53e: no clock settings) takes that
+        setting's default."""
+        values = dict(state) if isinstance(state, dict) else dict(zip(_FIELDS, state, strict=False))
+        for name, default in _DEFAULTS.items():
+            object.__setattr__(self, name, values.get(name, default))
 
     def __post_init__(self) -> None:
-        for name in ("grace_ms", "lateness_ms", "quorum_fetch_timeout_ms"):
+        for name in (
+            "grace_ms",
+            "lateness_ms",
+            "quorum_fetch_timeout_ms",
+            "clock_window_ms",
+            "clock_slack_ms",
+            "clock_limit_ms",
+            "idle_ms",
+        ):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer of milliseconds, got {value!r}")
 
     @property
     def judge_delay_ms(self) -> int:
-        """How long after its ``ts_ms`` an event is judged, in event time."""
+        """How long after its ``ts_ms`` an event is judged, in event time, for a
+        node whose clock agrees with the metadata log's."""
         return self.grace_ms + self.lateness_ms
 
     @property
     def retention_ms(self) -> int:
-        """How much view history is kept behind the watermark for judgments."""
-        return 2 * self.grace_ms + self.lateness_ms
+        """How much view history is kept behind the newest record for judgments:
+        a judgment waits until the latest moment its node's clock interval allows
+        plus the grace window and the lateness, and reads back to the earliest
+        moment less the grace window; the widest interval still judged is
+        ``clock_limit_ms``; sources may be ``idle_ms`` apart before the slowest
+        stops holding the others back."""
+        return 3 * self.grace_ms + 2 * self.lateness_ms + self.clock_limit_ms + self.idle_ms
+
+
+_DEFAULTS = {f.name: f.default for f in fields(DetectorConfig)}
+_FIELDS = tuple(_DEFAULTS)

@@ -5,23 +5,27 @@ raise the same alerts from the same events.
 Metadata, quorum and remote-log records update the view as they arrive,
 each offset-ordered log in its own offset order (see detectors.redelivery).
 Judgments of request outcomes wait, per cluster, until the event-time
-watermark (newest ``ts_ms`` minus ``lateness_ms``) has passed ``ts_ms +
-grace_ms``: then every event that can change the verdict is in, whatever order
-the sources arrived in.
+watermark has passed the latest moment the judged node's clock offset allows
+plus ``grace_ms``: then every event that can change the verdict is in, whatever
+order the sources arrived in. The watermark is the slowest active source's
+progress, in the metadata log's clock, minus ``lateness_ms``
+(detectors.progress); each node's offset to that clock is measured from the
+requests it handled (detectors.clocks), which the detector reads for that as it
+ingests them.
 
 Input arrives at least once: a record delivered again is recognised by its
 identity and counted as a duplicate, never applied or judged twice. A request
-that arrives after its own judgment was due (``ts_ms + grace_ms`` behind the
-watermark) is refused, counted as unverified: the view may have pruned the
-states its window needs, and a re-delivery that old could not be told from a
-new record.
+that arrives after its own judgment was due (behind the watermark) is refused,
+counted as unverified: the view may have pruned the states its window needs,
+and a re-delivery that old could not be told from a new record.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -29,7 +33,8 @@ from typing import Any
 from detectors import rules
 from detectors.alerts import Alert, Evidence
 from detectors.buckets import WHOLE, Bucket
-from detectors.cluster import ClusterState, Counters
+from detectors.clocks import MetadataClock
+from detectors.cluster import ClusterState, Counters, handling_ms, new_clock_book
 from detectors.config import DetectorConfig
 from detectors.envelope import (
     BadRecord,
@@ -40,8 +45,10 @@ from detectors.envelope import (
     dumps,
     without_body,
 )
+from detectors.errors import KafkaError
 from detectors.fields import INT16, get_int, get_obj
 from detectors.history import History
+from detectors.progress import Progress, SourceKey, source_key
 from detectors.quorum import LEADER_CHANGE
 from detectors.redelivery import Arrival, OffsetOrder, RecentIds, RememberedIds, content_identity
 from detectors.requests import (
@@ -57,7 +64,10 @@ from detectors.requests import (
     STOP_REPLICA,
     UPDATE_METADATA,
     VOTE,
+    AlterPartition,
     Header,
+    PartitionOutcome,
+    StopReplica,
     alter_partition,
     header,
     is_quorum_fetch,
@@ -68,7 +78,7 @@ from detectors.requests import (
 )
 from detectors.rules.base import Deferred
 from detectors.stats import UnverifiedReason, cluster_snapshot
-from detectors.view import PartitionState, own_topic_key
+from detectors.view import PartitionChange, PartitionState, own_topic_key
 
 Judgment = Callable[[], None]
 
@@ -129,7 +139,9 @@ class _Cluster(ClusterState):
 
     def __init__(self, *args: object, **kwargs: object):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.max_ts_ms: int | None = None
+        self.progress = Progress()
+        self.watermark: float | None = None  # see Detector._refresh_watermark
+        self.metadata_clock = MetadataClock()
         self.pending: list[tuple[int, int, int, Judgment]] = []
         # Set while the pending judgments are kept apart from pickles of this state.
         self.journal: _Journal | None = None
@@ -152,6 +164,13 @@ class _Cluster(ClusterState):
         self.__dict__.update(state)
         self.__dict__.setdefault("bucket", WHOLE)
         self.__dict__.setdefault("journal", None)
+        if "progress" not in state:
+            # Up to f6ae53e one newest time stood for every source, and no clock was measured.
+            self.progress = Progress()
+            self.progress.max_ts_ms = self.__dict__.pop("max_ts_ms", None)
+            self.watermark = None
+            self.clocks = new_clock_book(self.config)
+            self.metadata_clock = MetadataClock()
         if "metadata_log" not in state:
             self._start_redelivery_state()
             self.metadata_log.last = state["view"].__dict__.pop("last_metadata_offset", None)
@@ -178,8 +197,42 @@ class _Cluster(ClusterState):
         return self.metadata_log.held_count() + self.remote_log.held_count()
 
     @property
-    def watermark_ms(self) -> int | None:
-        return None if self.max_ts_ms is None else self.max_ts_ms - self.config.lateness_ms
+    def max_ts_ms(self) -> int | None:
+        """The newest ``ts_ms`` of any source, uncorrected (for the snapshot)."""
+        return self.progress.max_ts_ms
+
+    @property
+    def watermark_ms(self) -> float | None:
+        return self.watermark
+
+    def release_ms(self) -> float | None:
+        """Until when held records of the offset-ordered logs are waited for: a
+        record held for a missing predecessor is applied once any source has
+        gone ``lateness_ms`` past it. This is about arrival within one log, not
+        about clocks: the judgments' watermark would wait for the log itself."""
+        newest = self.progress.max_ts_ms
+        return None if newest is None else max(newest - self.config.lateness_ms, self.watermark or -math.inf)
+
+    def held(self, key: SourceKey) -> bool:
+        """A log with records held for their offset order: never idle."""
+        log = (
+            self.metadata_log
+            if key[0] == "metadata"
+            else self.remote_log
+            if key[0] == "remote_log_metadata"
+            else None
+        )
+        return log is not None and log.held_count() > 0
+
+    def corrected(self, key: SourceKey, ts_ms: int) -> float:
+        """``ts_ms`` of source ``key`` at the earliest moment of the metadata log's
+        (continuous) clock its node's measured offset allows."""
+        if key[0] == "metadata":
+            return ts_ms + self.metadata_clock.shift_ms
+        if key[0] not in ("request", "quorum_state"):
+            return ts_ms
+        interval = self.clocks.interval(key[1], ts_ms)
+        return ts_ms - interval.high_ms if interval.measured and math.isfinite(interval.high_ms) else ts_ms
 
 
 class Detector:
@@ -226,13 +279,15 @@ class Detector:
         or judged for what belongs to no partition (detectors.buckets)."""
         cs = self.cluster(env.cluster)
         letters: list[DeadLetter] = []
-        if home and cs.max_ts_ms is not None and env.ts_ms < cs.max_ts_ms - self.config.lateness_ms:
+        source = source_key(env.kind, env.node)
+        if home and cs.watermark is not None and cs.corrected(source, env.ts_ms) < cs.watermark:
+            # Arrived after the watermark passed it (judged all the same while its window is open).
             self.counters.late += 1
-        advanced = cs.max_ts_ms is None or env.ts_ms > cs.max_ts_ms
-        if advanced:
-            cs.max_ts_ms = env.ts_ms
-            # Held records whose time the watermark has now passed come before this one.
-            self._release(cs, cs.watermark_ms, letters)
+        advanced = cs.progress.observe(source, env.ts_ms)
+        if advanced or cs.watermark is None:
+            self._refresh_watermark(cs, source)
+            # Held records whose time has now passed come before this one.
+            self._release(cs, cs.release_ms(), letters)
         log = cs.ordered_log(env)
         if log is not None:
             arrival = log.offer(env)
@@ -244,12 +299,44 @@ class Detector:
                 letters.append(self._out_of_order(env, log))
         elif self._first_delivery(cs, env, home):
             self._process(cs, env, letters, home)
-        watermark = cs.watermark_ms
-        assert watermark is not None
+        watermark = cs.watermark
         # A late record's judgment may be due at once; an applied offset may free held successors.
-        if advanced or log is not None or (cs.pending and cs.pending[0][0] <= watermark):
+        if watermark is not None and (
+            advanced or log is not None or (cs.pending and cs.pending[0][0] <= watermark)
+        ):
             self._judge_due(cs, watermark, letters)
         return letters
+
+    def _refresh_watermark(self, cs: _Cluster, moved: SourceKey | None) -> None:
+        config = self.config
+        if not cs.measures_clocks:
+            newest = cs.progress.max_ts_ms
+            cs.watermark = None if newest is None else newest - config.lateness_ms
+            return
+        progress = cs.progress.watermark(
+            moved, cs.corrected, config.idle_ms, max(config.idle_ms, config.clock_limit_ms), cs.held
+        )
+        cs.watermark = None if progress is None else progress - self.config.lateness_ms
+
+    def due_ms(self, cs: ClusterState, env: Envelope) -> int:
+        """When, in the metadata log's clock, every event that can change the
+        verdict on ``env`` is in: the latest moment its node's clock offset
+        allows, plus the grace window."""
+        grace = self.config.grace_ms
+        node = env.node
+        if env.kind == "remote_log_metadata":
+            # Stamped by the broker that wrote it (detectors.remote).
+            data = env.body.get("data")
+            broker = data.get("brokerId") if isinstance(data, dict) else None
+            node = broker if type(broker) is int else None
+        elif env.kind not in ("request", "quorum_state"):
+            return env.ts_ms + grace
+        interval = cs.clocks.interval(node, env.ts_ms)
+        if not interval.measured or not math.isfinite(interval.width_ms):
+            return env.ts_ms + grace
+        if interval.width_ms > self.config.clock_limit_ms:
+            return env.ts_ms + grace  # judged at once: counted as clock uncertain
+        return math.ceil(env.ts_ms - interval.low_ms) + grace
 
     def _first_delivery(self, cs: _Cluster, env: Envelope, home: bool) -> bool:
         """False for a record seen before (counted as a duplicate) and for one
@@ -265,8 +352,8 @@ class Detector:
             )
             cs.quorum_states[env.node] = content
         else:
-            until_ms = env.ts_ms + self.config.grace_ms
-            watermark = cs.watermark_ms
+            until_ms = self.due_ms(cs, env)
+            watermark = cs.watermark
             if watermark is not None and until_ms < watermark:
                 if home:
                     cs.unverified(TOO_LATE)
@@ -312,7 +399,7 @@ class Detector:
     def _schedule(self, cs: _Cluster, env: Envelope, judgments: list[Deferred]) -> None:
         """Queue each judgment until the watermark passes ``ts_ms + grace_ms``,
         bound to the event without its body (see rules.base.Deferred)."""
-        due = env.ts_ms + self.config.grace_ms
+        due = self.due_ms(cs, env)
         lean = without_body(env)
         for judge, facts in judgments:
             self._arrivals += 1
@@ -383,7 +470,7 @@ class Detector:
             [arrival for arrival in journal.popped if arrival not in pushed],
         )
 
-    def _release(self, cs: _Cluster, watermark_ms: int | None, letters: list[DeadLetter]) -> None:
+    def _release(self, cs: _Cluster, watermark_ms: float | None, letters: list[DeadLetter]) -> None:
         """Apply the held records of the offset-ordered logs that are due."""
         for log in (cs.metadata_log, cs.remote_log):
             if log.held_count():
@@ -391,13 +478,24 @@ class Detector:
                     # Held records lost the routing's word on their home: recompute it.
                     self._process(cs, env, letters, cs.bucket.is_home(env))
 
-    def _judge_due(self, cs: _Cluster, watermark_ms: int | None, letters: list[DeadLetter]) -> None:
-        self._release(cs, watermark_ms, letters)
+    def _judge_due(self, cs: _Cluster, watermark_ms: float | None, letters: list[DeadLetter]) -> None:
+        self._release(cs, None if watermark_ms is None else cs.release_ms(), letters)
         pending, journal = cs.pending, cs.journal
         while pending and (watermark_ms is None or pending[0][0] <= watermark_ms):
-            _, _, arrival, judgment = heapq.heappop(pending)
+            _, ts_ms, arrival, judgment = heapq.heappop(pending)
             if journal is not None:
                 journal.popped.append(arrival)
+            if watermark_ms is not None:
+                # The node's offset was measured again since: its verdict may need later records.
+                assert isinstance(judgment, partial)
+                due = self.due_ms(cs, judgment.args[1])
+                if due > watermark_ms:
+                    self._arrivals += 1
+                    entry: tuple[int, int, int, Judgment] = (due, ts_ms, self._arrivals, judgment)
+                    heapq.heappush(pending, entry)
+                    if journal is not None:
+                        journal.pushed.append(entry)
+                    continue
             try:
                 judgment()
             except Unverified as exc:
@@ -405,10 +503,11 @@ class Detector:
         if watermark_ms is not None:
             cs.recent_ids.forget(watermark_ms)
         if watermark_ms is not None and watermark_ms - cs.expired_at_ms > self.config.retention_ms:
-            cs.expired_at_ms = watermark_ms
-            cs.view.expire(watermark_ms)
-            cs.quorum.prune(watermark_ms - self.config.retention_ms - 2 * self.config.quorum_fetch_timeout_ms)
-            cs.remote.forget_deleted(watermark_ms - self.config.retention_ms)
+            expiry = int(watermark_ms)
+            cs.expired_at_ms = expiry
+            cs.view.expire(expiry)
+            cs.quorum.prune(expiry - self.config.retention_ms - 2 * self.config.quorum_fetch_timeout_ms)
+            cs.remote.forget_deleted(expiry - self.config.retention_ms)
 
     # ---- per-kind handling -----------------------------------------------------------
 
@@ -417,13 +516,22 @@ class Detector:
         if kind == "metadata":
             if home:
                 self.counters.bump(self.counters.events, "metadata")
+            raw = env
+            noop = env.body.get("type") == "NO_OP_RECORD"
+            placed = cs.metadata_clock.place(env.ts_ms, env.offset, noop) if cs.measures_clocks else env.ts_ms
+            if placed != env.ts_ms:
+                env = Envelope(
+                    env.cluster, env.node, placed, env.kind, env.offset, env.body, env.position, env.seq
+                )
             if env.body.get("type") == LEADER_CHANGE:
                 # Fanned out like every cluster-wide record (detectors.buckets), it
                 # takes its offset in each bucket's log; its home, bucket 0, judges it.
                 return rules.quorum.ingest_leader_change(cs, env) if home else []
             change = cs.view.apply(env)
             if change is not None:
-                rules.isr.judge_change(cs, change)
+                _note_created(cs, change)
+                # Alerts keep the record's own time, as the log has it.
+                rules.isr.judge_change(cs, replace(change, env=raw) if raw is not env else change)
             return []
         if kind == "request":
             return self._request(cs, env, home)
@@ -436,20 +544,27 @@ class Detector:
 
     def _request(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
         h = header(env.body)
+        if env.node is not None and cs.measures_clocks:
+            cs.clocks.saw(env.node, env.ts_ms)
         if home:
             self.counters.bump(self.counters.events, _REQUEST_EVENT_KEYS.get(h.api_key, "request:unchecked"))
         body = env.body
         owned = cs.bucket.owned
         if h.api_key == PRODUCE:
             acks = get_int(get_obj(body, "request", "body"), "acks", "body.request", bounds=INT16)
-            return [(rules.produce.judge, (h, acks, owned(partition_outcomes(PRODUCE, body))))]
+            outcomes = owned(partition_outcomes(PRODUCE, body))
+            _note_known_epochs(cs, env, outcomes)
+            return [(rules.produce.judge, (h, acks, outcomes))]
         if h.api_key == FETCH and is_quorum_fetch(body):
             return rules.quorum.ingest_request(cs, env, h)
         if h.api_key in (FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH):
-            outcomes = owned(rules.fetch.judged(partition_outcomes(h.api_key, body)))
-            return [(rules.fetch.judge, (h, outcomes))] if outcomes else []
+            outcomes = owned(partition_outcomes(h.api_key, body))
+            _note_known_epochs(cs, env, outcomes)
+            judged = rules.fetch.judged(list(outcomes))
+            return [(rules.fetch.judge, (h, judged))] if judged else []
         if h.api_key == STOP_REPLICA:
             request = stop_replica(h.api_version, body)
+            _note_stop_replica(cs, env, request)
             if request.error == 0:
                 # Every bucket receives StopReplica: the epoch is the broker's, for all its partitions.
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
@@ -467,7 +582,9 @@ class Detector:
                 self._accepted_controller_epoch(cs, env, controller_epoch)
             return []
         if h.api_key == ALTER_PARTITION:
-            return [(rules.alter_partition.judge, (h, alter_partition(body), home))]
+            alter = alter_partition(body)
+            _note_alter_partition(cs, env, alter)
+            return [(rules.alter_partition.judge, (h, alter, home))]
         if h.api_key in (VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH):
             return rules.quorum.ingest_request(cs, env, h)
         return []
@@ -508,3 +625,89 @@ class Detector:
                 ),
             )
             cs.view.set_partition_from_request((key, p.partition), p.topic, env.ts_ms, state)
+
+
+# ---- clock evidence (detectors.clocks) ------------------------------------------------
+
+
+def _note_created(cs: ClusterState, change: PartitionChange) -> None:
+    """The epochs a metadata record created. A snapshot's PARTITION_RECORD that
+    re-states a partition (partition epoch above 0) created nothing: its epochs
+    are older than the record."""
+    if not cs.measures_clocks:
+        return
+    before, after = change.before, change.after
+    ts_ms = change.env.ts_ms
+    created: list[tuple[str, int]] = []
+    if before is None:
+        if after.partition_epoch == 0:
+            created = [("L", after.leader_epoch), ("P", 0)]
+    else:
+        if after.leader_epoch != before.leader_epoch:
+            created.append(("L", after.leader_epoch))
+        if after.partition_epoch != before.partition_epoch:
+            created.append(("P", after.partition_epoch))
+    if not created:
+        return
+    # Requests name a topic by id or, before Kafka's topic ids reached them, by name.
+    topic_id, index = change.key
+    name = cs.view.topic_name(topic_id)
+    keys = [change.key] if name is None else [change.key, (own_topic_key(name, None), index)]
+    for key in keys:
+        for kind, epoch in created:
+            cs.clocks.created_epoch((key, kind, epoch), ts_ms)
+
+
+def _arrival(env: Envelope) -> int:
+    return env.ts_ms - handling_ms(env)
+
+
+def _note_known_epochs(cs: ClusterState, env: Envelope, outcomes: Sequence[PartitionOutcome]) -> None:
+    """Every leader epoch a client stated: it had learned it, so the epoch existed.
+    An UNKNOWN_LEADER_EPOCH answer is left out: the broker had not heard of the
+    epoch, which is what a guessed one (a probe's future epoch) looks like."""
+    node = env.node
+    if node is None or not cs.measures_clocks:
+        return
+    arrival = _arrival(env)
+    for outcome in outcomes:
+        partition = (own_topic_key(outcome.topic, outcome.topic_id), outcome.partition)
+        if outcome.epoch >= 0 and outcome.error != KafkaError.UNKNOWN_LEADER_EPOCH:
+            cs.clocks.knows(node, arrival, (partition, "L", outcome.epoch))
+
+
+def _note_stop_replica(cs: ClusterState, env: Envelope, request: StopReplica) -> None:
+    """The controller that sent a StopReplica knew the leader epochs it names."""
+    node = env.node
+    if node is None or not cs.measures_clocks:
+        return
+    arrival = _arrival(env)
+    for part in request.partitions:
+        if not cs.bucket.owns(part.partition):
+            continue
+        partition = (own_topic_key(part.topic, None), part.partition)
+        if part.leader_epoch >= 0:
+            cs.clocks.knows(node, arrival, (partition, "L", part.leader_epoch))
+
+
+def _note_alter_partition(cs: ClusterState, env: Envelope, request: AlterPartition) -> None:
+    """An AlterPartition's leader knew the epochs it names; the change the
+    controller accepted was written while handling it, after it arrived."""
+    node = env.node
+    if node is None or not cs.measures_clocks:
+        return
+    arrival = _arrival(env)
+    for entry in request.partitions:
+        if not cs.bucket.owns(entry.partition):
+            continue
+        partition = (own_topic_key(entry.topic, entry.topic_id), entry.partition)
+        if entry.leader_epoch >= 0:
+            cs.clocks.knows(node, arrival, (partition, "L", entry.leader_epoch))
+        if entry.partition_epoch >= 0:
+            cs.clocks.knows(node, arrival, (partition, "P", entry.partition_epoch))
+        if (
+            entry.error == KafkaError.NONE
+            and request.error == KafkaError.NONE
+            and entry.result_partition_epoch > 0
+        ):
+            cs.clocks.caused(node, arrival, env.ts_ms, (partition, "P", entry.result_partition_epoch))

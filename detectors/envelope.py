@@ -108,9 +108,12 @@ class Envelope:
 def without_body(env: Envelope) -> Envelope:
     """``env`` with an empty body: what state that outlives the record keeps of
     it (its time, node and position make evidence; its body is read only while
-    the record is ingested)."""
+    the record is ingested). A request log line keeps its ``totalTimeMs``: its
+    arrival is its time minus that (detectors.clocks)."""
+    total = env.body.get("totalTimeMs")
+    body = {} if total is None else {"totalTimeMs": total}
     # Spelled out: dataclasses.replace costs several times more on this hot path.
-    return Envelope(env.cluster, env.node, env.ts_ms, env.kind, env.offset, {}, env.position, env.seq)
+    return Envelope(env.cluster, env.node, env.ts_ms, env.kind, env.offset, body, env.position, env.seq)
 
 
 @dataclass(frozen=True, slots=True)

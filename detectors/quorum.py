@@ -25,6 +25,13 @@ class Claim:
     epoch: int
     ts_ms: int
     evidence: Evidence
+    # The latest moment of the metadata log's clock it may have happened at
+    # (detectors.cluster.ClusterState.moment); None: ts_ms.
+    latest_ms: int | None = None
+
+    @property
+    def latest(self) -> int:
+        return self.ts_ms if self.latest_ms is None else self.latest_ms
 
 
 @fast_pickle
@@ -45,11 +52,13 @@ class QuorumView:
     # in offset order. Last, so that a state pickled before it restores (fast_pickle).
     log_epoch: tuple[int, Evidence] | None = None
 
-    def add_claim(self, node: int, epoch: int, ts_ms: int, evidence: Evidence) -> None:
+    def add_claim(
+        self, node: int, epoch: int, ts_ms: int, evidence: Evidence, latest_ms: int | None = None
+    ) -> None:
         by_node = self.claims.setdefault(epoch, {})
         known = by_node.get(node)
         if known is None or ts_ms < known.ts_ms:
-            by_node[node] = Claim(node, epoch, ts_ms, evidence)
+            by_node[node] = Claim(node, epoch, ts_ms, evidence, latest_ms)
 
     def add_vote(self, voter: int, candidate: int, epoch: int, ts_ms: int, evidence: Evidence) -> None:
         by_candidate = self.votes.setdefault((voter, epoch), {})

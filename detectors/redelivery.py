@@ -65,7 +65,7 @@ class RecentIds:
         self._order.append((until_ms, identity))
         return True
 
-    def forget(self, watermark_ms: int) -> None:
+    def forget(self, watermark_ms: float) -> None:
         # Arrival order is ts order within lateness: an entry that expires later
         # than its successors only stays a little longer than it must.
         order = self._order
@@ -150,7 +150,7 @@ class OffsetOrder:
         self._held_offsets.add(offset)
         return Arrival.HELD
 
-    def ready(self, watermark_ms: int | None) -> Iterator[Envelope]:
+    def ready(self, watermark_ms: float | None) -> Iterator[Envelope]:
         """Held records to apply now, in offset order: those that follow the
         last applied offset, and those whose time the watermark has passed
         (None: end of input, everything)."""

@@ -32,6 +32,7 @@ class UnverifiedReason(StrEnum):
     PARTITION_CHANGE_BEFORE_RECORD = "partition change before its partition record"
     PARTITION_BEFORE_TOPIC = "partition record before its topic record"
     TOO_LATE = "too late: its grace window had closed when it arrived"
+    CLOCK_UNCERTAIN = "clock uncertain"
 
 
 # Most gaps are a view that starts after the records it needed.
@@ -73,6 +74,12 @@ UNVERIFIED_EXPLANATIONS: dict[UnverifiedReason, str] = {
     ),
     UnverifiedReason.PARTITION_BEFORE_TOPIC: (
         f"a partition's record came before its topic's: {_FROM_THE_START}"
+    ),
+    UnverifiedReason.CLOCK_UNCERTAIN: (
+        "the node's clock offset to the metadata log's is known only within an interval wider than "
+        "--clock-limit-ms (or nothing bounds it from one side), so the moment it acted cannot be placed "
+        "among the metadata records: the replay summary's clock lines name the node; fix its clock "
+        "(NTP/chrony) or raise --clock-limit-ms"
     ),
     UnverifiedReason.TOO_LATE: (
         "the event arrived after the verdicts of its time were made: raise --lateness-ms "
@@ -133,6 +140,11 @@ def cluster_snapshot(state: Any) -> dict[str, Any]:
         "pending_judgments": len(state.pending),
         "open_alerts": open_alerts,
         "newest_event_ts_ms": state.max_ts_ms,
+        # Each node's clock minus the metadata log's, as measured (detectors.clocks).
+        "clock_offsets": {
+            str(node): interval.to_dict()
+            for node, interval in state.clocks.measured_nodes(state.metadata_clock.shift_ms).items()
+        },
     }
 
 
@@ -159,4 +171,37 @@ def merge_buckets(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
         merged[name] = sum(snap[name] for snap in ordered)
     times = [snap["newest_event_ts_ms"] for snap in ordered if snap["newest_event_ts_ms"] is not None]
     merged["newest_event_ts_ms"] = max(times, default=None)
+    merged["clock_offsets"] = merge_clock_offsets([snap.get("clock_offsets") or {} for snap in ordered])
     return merged
+
+
+def merge_clock_offsets(per_bucket: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """One interval per node from its buckets' (each measured from the requests
+    of its own partitions): their intersection, where they agree; where they do
+    not (a step that one bucket's evidence has seen and another's not yet), the
+    interval of the bucket with the most evidence."""
+    merged: dict[str, dict[str, Any]] = {}
+    for offsets in per_bucket:
+        for node, interval in offsets.items():
+            known = merged.get(node)
+            if known is None:
+                merged[node] = dict(interval)
+                continue
+            low = max(_bound(known["low_ms"], -1), _bound(interval["low_ms"], -1))
+            high = min(_bound(known["high_ms"], 1), _bound(interval["high_ms"], 1))
+            if low <= high:
+                merged[node] = {
+                    **known,
+                    "low_ms": None if low == float("-inf") else int(low),
+                    "high_ms": None if high == float("inf") else int(high),
+                    "low_measured": known["low_measured"] or interval["low_measured"],
+                    "evidence": known["evidence"] + interval["evidence"],
+                }
+            elif interval["evidence"] > known["evidence"]:
+                merged[node] = dict(interval)
+    return merged
+
+
+def _bound(value: int | None, side: int) -> float:
+    """A bound of a JSON interval; None is open on that ``side`` (-1 low, 1 high)."""
+    return float(value) if value is not None else side * float("inf")

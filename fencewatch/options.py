@@ -70,6 +70,31 @@ def add_detector_options(parser: argparse.ArgumentParser) -> None:
             _DEFAULTS.quorum_fetch_timeout_ms,
             "the cluster's quorum.fetch.timeout.ms",
         ),
+        (
+            "--clock-limit-ms",
+            "FENCEWATCH_CLOCK_LIMIT_MS",
+            _DEFAULTS.clock_limit_ms,
+            "a node whose measured clock offset interval is wider than this is 'clock uncertain': "
+            "its time-dependent verdicts are counted, not raised",
+        ),
+        (
+            "--clock-slack-ms",
+            "FENCEWATCH_CLOCK_SLACK_MS",
+            _DEFAULTS.clock_slack_ms,
+            "how far below its measured upper bound a broker's clock offset is taken to lie",
+        ),
+        (
+            "--clock-window-ms",
+            "FENCEWATCH_CLOCK_WINDOW_MS",
+            _DEFAULTS.clock_window_ms,
+            "how far back a node's clock evidence counts",
+        ),
+        (
+            "--idle-ms",
+            "FENCEWATCH_IDLE_MS",
+            _DEFAULTS.idle_ms,
+            "a source silent this long (in the other sources' time) stops holding back judgments",
+        ),
     ):
         group.add_argument(
             flag,
@@ -79,6 +104,15 @@ def add_detector_options(parser: argparse.ArgumentParser) -> None:
             help=f"{text} (env {var}; default %(default)s)",
         )
 
+    group.add_argument(
+        "--measure-clocks",
+        action="store_true",
+        default=env_default("FENCEWATCH_MEASURE_CLOCKS", 0, unit="(1: measure)") == 1,
+        help="measure every node's clock against the metadata log's from what its requests knew, judge "
+        "each request at every moment its clock allows, and say which clock is off (replay, and the job "
+        "with one bucket; env FENCEWATCH_MEASURE_CLOCKS=1; docs/architecture.md, 'Time and clocks')",
+    )
+
 
 def detector_config(args: argparse.Namespace) -> DetectorConfig:
     try:
@@ -86,6 +120,11 @@ def detector_config(args: argparse.Namespace) -> DetectorConfig:
             grace_ms=args.grace_ms,
             lateness_ms=args.lateness_ms,
             quorum_fetch_timeout_ms=args.quorum_fetch_timeout_ms,
+            clock_limit_ms=args.clock_limit_ms,
+            clock_slack_ms=args.clock_slack_ms,
+            clock_window_ms=args.clock_window_ms,
+            idle_ms=args.idle_ms,
+            measure_clocks=args.measure_clocks,
         )
     except ValueError as exc:
         raise SystemExit(f"fencewatch: {exc}") from None

@@ -39,7 +39,7 @@ from fencewatch.options import (
     truth_records,
 )
 from fencewatch.report import replay_report, write_report
-from fencewatch.summaries import print_confusion, print_summary, replay_line_accounting
+from fencewatch.summaries import print_clocks, print_confusion, print_summary, replay_line_accounting
 from streaming.bucket_layout import DEFAULT_BUCKETS  # no Spark import
 
 PROGRESS_MIN_BYTES = 16 * 1024 * 1024
@@ -190,6 +190,14 @@ def run(args: argparse.Namespace) -> int:
         _close(inputs)
         dead_out.close()
     print_summary(detector.counters, dead_out.count, sys.stderr)
+    print_clocks(
+        {
+            name: (cs.clocks.measured_nodes(cs.metadata_clock.shift_ms), cs.metadata_clock)
+            for name, cs in detector.clusters.items()
+        },
+        detector.config.grace_ms,
+        sys.stderr,
+    )
     where = dead_out.where()
     if where:
         print(where, file=sys.stderr)

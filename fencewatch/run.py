@@ -16,6 +16,7 @@ from fencewatch.options import (
     add_detector_options,
     bucket_count,
     detector_config,
+    fail,
     output_dir,
 )
 from streaming.bucket_layout import DEFAULT_BUCKETS
@@ -150,6 +151,14 @@ def run(args: argparse.Namespace) -> int:
     from streaming.job import JobOptions, start
     from streaming.sinks import CompactedSinkTopic
 
+    detector = detector_config(args)
+    if detector.measure_clocks and args.buckets != 1:
+        fail(
+            prog,
+            "--measure-clocks needs --buckets 1: a bucket sees only its own partitions' requests, "
+            "so it cannot measure a node's clock",
+            "add --buckets 1 (on a new checkpoint), or leave clocks unmeasured",
+        )
     options = JobOptions(
         bootstrap_servers=args.bootstrap_servers,
         topic=args.topic,
@@ -163,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         idle_flush_ms=args.idle_flush_ms,
         use_builtin_kafka=args.use_builtin_kafka,
         buckets=args.buckets,
-        detector=detector_config(args),
+        detector=detector,
     )
     # Orchestrators stop services with SIGTERM: treat it as Ctrl-C, so the query
     # stops and the checkpoint stays consistent (an interrupted batch re-runs).

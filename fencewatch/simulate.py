@@ -11,6 +11,10 @@ event is written or delivered: a failed run leaves no truth file behind.
 ``--native-forms`` sends quorum states and remote log metadata through Kafka's
 own forms and fencewatch's parsers (producers.native_forms); ``--native-dir``
 also keeps those forms as files.
+
+``--clock NODE=SPEC`` breaks a node's clock and ``--failover-at`` forces a
+controller failover (producers.sim_clocks); with ``-o FILE`` the clock ground
+truth goes to ``FILE.clocks.json`` (``Simulator.clock_record``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from detectors.truth import count_by_status
 from fencewatch.options import env_default, output_dir, output_file
 from fencewatch.ship import add_kafka_options, open_publisher, publisher_from_args
 from producers.kafka_publisher import DeliveryError, TokenBucket
+from producers.sim_clocks import TIME_FORMS, Failover, parse_clock, parse_time_ms
+from producers.sim_model import CONTROLLER_IDS
 from producers.simulator import SimConfig, Simulator
 
 PROGRESS_MIN_EVENTS = 200_000
@@ -41,7 +47,16 @@ def add_parser(sub: Any) -> None:
         "simulate",
         help="simulate a KRaft cluster with injected fencing faults",
         description="Write envelope JSONL events of a simulated KRaft cluster (Kafka-native shapes, per-node "
-        "clock skew) to a file or a Kafka topic, and the ground truth of the violations injected into it.",
+        "clock skew) to a file or a Kafka topic, and the ground truth of the violations injected into it "
+        "(each record's ts_ms by its writer's clock, true_ms in simulated true time).",
+        epilog="The clock ground truth, FILE.clocks.json beside -o FILE, is one JSON object: start_ms (true "
+        "time at the start), skew_ms, nodes (a list of {node, base_skew_ms, faults}: base_skew_ms is null "
+        "for a node that wrote nothing; each fault is {kind: offset, offset_ms}, {kind: step, offset_ms, "
+        "at_ms} or {kind: drift, ppm: microseconds gained per second} with its spec) "
+        "and raft_leaders (a list of [true_ms, leader], one per election, the first leader first). A node's "
+        "clock at true time T reads T + base_skew_ms + the sum of its faults' offsets: offset_ms; offset_ms "
+        "once T - start_ms >= at_ms, else 0; ppm * (T - start_ms) / 1000000 whole milliseconds, rounded "
+        "toward zero. The metadata log is stamped by the clock of the last leader at or before T.",
     )
     p.add_argument(
         "--seed", type=int, default=defaults.seed, help="same seed, same events (default %(default)s)"
@@ -51,7 +66,8 @@ def add_parser(sub: Any) -> None:
         "--output",
         "-o",
         metavar="FILE",
-        help="events JSONL (default: stdout; not with --bootstrap-servers)",
+        help="events JSONL (default: stdout; not with --bootstrap-servers); the clock ground truth "
+        "goes beside it to FILE.clocks.json (below)",
     )
     p.add_argument(
         "--truth",
@@ -116,6 +132,39 @@ def add_parser(sub: Any) -> None:
         help="keep the native files in DIR: controller-<node>/quorum-state (and every state as "
         "quorum-state.<n>) and remote-log-metadata.txt; implies --native-forms",
     )
+    clocks = p.add_argument_group(
+        "broken clocks (beyond --skew-ms, which the grace window must cover; these need not)"
+    )
+    clocks.add_argument(
+        "--clock",
+        action="append",
+        default=[],
+        metavar="NODE=SPEC",
+        help="break NODE's clock (brokers 1..N, controllers "
+        f"{CONTROLLER_IDS[0]}-{CONTROLLER_IDS[-1]}) on top of its base skew; SPEC is +OFFSET (constant "
+        "from the start, e.g. +3s, -250ms, +1.5s), +OFFSET@TIME (a step: from TIME of simulated time "
+        "after the start, e.g. +8s@60s) or +RATE/s (drift: e.g. +5ms/s gains 5 ms per simulated "
+        "second); offsets and rates take a sign and ms or s; repeatable, one node's faults add up",
+    )
+    clocks.add_argument(
+        "--failover-at",
+        action="append",
+        default=[],
+        metavar="TIME",
+        help="force a controller failover (a Raft election, as the random ones) at TIME after the start "
+        "(e.g. 60s, 60000ms): the metadata log is stamped by the new leader's clock from then on; the "
+        "seed picks the new leader among the other controllers, so it may not be the one --clock broke; "
+        "repeatable",
+    )
+    clocks.add_argument(
+        "--failover-to",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="the controller that wins the next forced failover (the first --failover-to the earliest "
+        "--failover-at, the second the next...; one that already leads is re-elected), e.g. "
+        f"--clock {CONTROLLER_IDS[1]}=-3s --failover-at 60s --failover-to {CONTROLLER_IDS[1]}",
+    )
     add_kafka_options(p, from_env=False)
     kafka = p.add_argument_group("publishing to a topic (with --bootstrap-servers and --topic)")
     kafka.add_argument(
@@ -145,6 +194,8 @@ def add_parser(sub: Any) -> None:
 def config_from(args: argparse.Namespace) -> SimConfig:
     try:
         return SimConfig(
+            clocks=tuple(parse_clock(text) for text in args.clock),
+            failovers=_failovers(args.failover_at, args.failover_to),
             seed=args.seed,
             cluster=args.cluster,
             brokers=args.brokers,
@@ -162,6 +213,28 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         raise SystemExit(f"fencewatch simulate: {exc}") from None
 
 
+def _failovers(times: list[str], winners: list[str]) -> tuple[Failover, ...]:
+    """``--failover-at`` in time order, the k-th ``--failover-to`` naming the
+    winner of the k-th."""
+    at = []
+    for text in times:
+        try:
+            at.append(parse_time_ms(text))
+        except ValueError as exc:
+            raise ValueError(f"--failover-at {text}: {exc} -- write {TIME_FORMS}") from None
+    to: list[int] = []
+    for text in winners:
+        try:
+            to.append(int(text))
+        except ValueError:
+            raise ValueError(f"--failover-to {text}: not a node id -- name a controller") from None
+    if len(to) > len(at):
+        raise ValueError(
+            f"{len(to)} --failover-to for {len(at)} --failover-at -- name at most one winner per failover"
+        )
+    return tuple(Failover(ms, to[k] if k < len(to) else None) for k, ms in enumerate(sorted(at)))
+
+
 def truth_path(args: argparse.Namespace) -> str:
     """``--truth``, else beside the output file, else in the working directory."""
     if args.truth:
@@ -169,10 +242,16 @@ def truth_path(args: argparse.Namespace) -> str:
     return f"{args.output}.truth.jsonl" if args.output not in (None, "-") else "fencewatch-truth.jsonl"
 
 
+def clocks_path(args: argparse.Namespace) -> str | None:
+    """The clock ground truth goes beside an output file; none with stdout or a topic."""
+    return f"{args.output}.clocks.json" if args.output not in (None, "-") else None
+
+
 def run(args: argparse.Namespace) -> int:
     prog = "fencewatch simulate"
     output_file(prog, args.output, "--output")
     output_file(prog, truth_path(args), "--truth")
+    output_file(prog, clocks_path(args), "the clock sidecar")
     output_dir(prog, args.native_dir, "--native-dir")
     try:
         sim = Simulator(config_from(args), native_dir=args.native_dir)
@@ -204,8 +283,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             out.flush()
     _write_truth(sim, truth_path(args))
+    clocks = clocks_path(args)
+    if clocks is not None:
+        _write_clocks(sim, clocks)
     print(
-        f"simulated {written} events; {_injected(sim)}{_native(sim, args)}; truth: {truth_path(args)}",
+        f"simulated {written} events; {_injected(sim)}{_native(sim, args)}; truth: {truth_path(args)}"
+        + (f"; clocks: {clocks}" if clocks else ""),
         file=sys.stderr,
     )
     return 0
@@ -217,6 +300,14 @@ def _write_truth(sim: Simulator, path: str) -> None:
     with open(partial, "wb") as f:
         for record in sim.truth:
             f.write(orjson.dumps(record) + b"\n")
+    os.replace(partial, path)
+
+
+def _write_clocks(sim: Simulator, path: str) -> None:
+    """The clock ground truth (Simulator.clock_record), whole or not at all."""
+    partial = f"{path}.partial"
+    with open(partial, "wb") as f:
+        f.write(orjson.dumps(sim.clock_record(), option=orjson.OPT_INDENT_2) + b"\n")
     os.replace(partial, path)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from detectors.alerts import FIRING, RESOLVED
+from detectors.clocks import ClockInterval, MetadataClock
 from detectors.cluster import Counters
 from detectors.render import tally
 from detectors.sources import EnvelopeLineStats
@@ -108,3 +109,29 @@ def replay_line_accounting(
         f"{duplicates} duplicates, {too_late} too late to judge, "
         f"{lines.dead_letters + judged_dead} dead letters, {lines.blank_lines} blank lines"
     )
+
+
+def print_clocks(
+    clusters: Mapping[str, tuple[Mapping[int, ClockInterval], MetadataClock]], grace_ms: int, out: TextIO
+) -> None:
+    """Each node's measured clock offset to the metadata log's, naming the nodes
+    whose whole interval lies beyond the grace window, and the steps of the
+    metadata log's own clock (detectors.clocks)."""
+    for cluster, (offsets, metadata_clock) in sorted(clusters.items()):
+        if not offsets and not metadata_clock.steps:
+            continue
+        print(
+            f"clocks of {cluster} (measured from what each node's requests knew; verdicts allow for them)",
+            file=out,
+        )
+        for node, interval in offsets.items():
+            off = interval.low_ms > grace_ms or interval.high_ms < -grace_ms
+            advice = ": outside the grace window, check its NTP (chrony/ntpd)" if off else ""
+            print(f"  {interval.describe(node)}{advice}", file=out)
+        for offset, moved in metadata_clock.steps:
+            where = f" at offset {offset}" if offset is not None else ""
+            print(
+                f"  the metadata log's clock stepped {moved / 1000:+.1f} s{where} (a controller "
+                "fail-over onto another clock?): its time is made continuous across the step",
+                file=out,
+            )

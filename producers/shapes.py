@@ -30,6 +30,10 @@ def _record(record_type: str, version: int, data: dict[str, Any]) -> dict[str, A
 # ---- metadata records ------------------------------------------------------------------
 
 
+def no_op() -> dict[str, Any]:
+    return _record("NO_OP_RECORD", 0, {})
+
+
 def feature_level(level: int) -> dict[str, Any]:
     return _record("FEATURE_LEVEL_RECORD", 0, {"name": "metadata.version", "featureLevel": level})
 

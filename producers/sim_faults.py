@@ -26,12 +26,18 @@ UNKNOWN_LEADER_EPOCH = 75
 
 
 class Faults:
-    def __init__(self, model: ClusterModel, traffic: Traffic, grace_ms: int, skew_ms: int):
+    def __init__(
+        self, model: ClusterModel, traffic: Traffic, grace_ms: int, skew_ms: int, clock_slack_ms: int
+    ):
         self.m = model
         self.traffic = traffic
         self.rng = model.rng
-        # Far enough from any change that no grace window, clock skew included, reaches it.
-        self.margin_ms = grace_ms + 2 * skew_ms + 200
+        # Far enough from any change that no grace window reaches it, widened by the
+        # clock skew and by the slack the detector allows a broker's measured clock
+        # (detectors.clocks: it judges every moment the clock's interval allows).
+        self.margin_ms = grace_ms + 2 * skew_ms + clock_slack_ms + 200
+        # How long a quorum fault holds the quorum, at most (zombie_quorum_leader's).
+        self.quorum_span_ms = 2 * self.margin_ms + 600
         self.truth: list[dict[str, Any]] = []
         self.usurped: set[tuple[int, int]] = set()
         self.injectors: dict[str, Callable[[int], bool]] = {
@@ -60,8 +66,18 @@ class Faults:
     # ---- bookkeeping ---------------------------------------------------------------------------
 
     def record(
-        self, rule: str, ts_ms: int, node: int | None, p: Partition | None = None, status: str = "firing"
+        self,
+        rule: str,
+        ts_ms: int,
+        node: int | None,
+        p: Partition | None = None,
+        status: str = "firing",
+        *,
+        true_ms: int,
     ) -> None:
+        """One ground-truth record: ``ts_ms`` as the violating event's writer
+        logged it (by its own clock; alerts are matched on it), ``true_ms``
+        the simulated true time it happened."""
         self.truth.append(
             {
                 "rule": rule,
@@ -69,6 +85,7 @@ class Faults:
                 "cluster": self.m.cluster,
                 "node": node,
                 "ts_ms": ts_ms,
+                "true_ms": true_ms,
                 "topic": p.topic if p else None,
                 "partition": p.index if p else None,
             }
@@ -121,7 +138,11 @@ class Faults:
             p.topic, p.index, NONE, epoch=p.leader_epoch - 1, correlation_id=self.m.next_correlation()
         )
         self.record(
-            "PRODUCE_STALE_EPOCH_ACCEPTED", self.m.emit("request", t, body, node=p.leader), p.leader, p
+            "PRODUCE_STALE_EPOCH_ACCEPTED",
+            self.m.emit("request", t, body, node=p.leader),
+            p.leader,
+            p,
+            true_ms=t,
         )
         self.freeze(p, t)
         return True
@@ -139,7 +160,7 @@ class Faults:
             correlation_id=self.m.next_correlation(),
         )
         ts = self.m.emit("request", t, body, node=p.previous_leader)
-        self.record("PRODUCE_ACCEPTED_BY_NON_LEADER", ts, p.previous_leader, p)
+        self.record("PRODUCE_ACCEPTED_BY_NON_LEADER", ts, p.previous_leader, p, true_ms=t)
         self.freeze(p, t)
         return True
 
@@ -153,7 +174,11 @@ class Faults:
             p.topic, p.index, error, epoch=p.leader_epoch, correlation_id=self.m.next_correlation()
         )
         self.record(
-            "PRODUCE_EPOCH_ERROR_MISMATCH", self.m.emit("request", t, body, node=p.leader), p.leader, p
+            "PRODUCE_EPOCH_ERROR_MISMATCH",
+            self.m.emit("request", t, body, node=p.leader),
+            p.leader,
+            p,
+            true_ms=t,
         )
         self.freeze(p, t)
         return True
@@ -165,7 +190,9 @@ class Faults:
         body = shapes.fetch(
             p.topic, p.index, NONE, epoch=p.leader_epoch - 1, correlation_id=self.m.next_correlation()
         )
-        self.record("FETCH_STALE_EPOCH_SERVED", self.m.emit("request", t, body, node=p.leader), p.leader, p)
+        self.record(
+            "FETCH_STALE_EPOCH_SERVED", self.m.emit("request", t, body, node=p.leader), p.leader, p, true_ms=t
+        )
         self.freeze(p, t)
         return True
 
@@ -181,7 +208,7 @@ class Faults:
         if p is None or broker is None:
             return False
         ts = self.traffic.stop_replica(p, t, broker, p.leader_epoch - 1, NONE)
-        self.record("STOP_REPLICA_STALE_EPOCH_APPLIED", ts, broker, p)
+        self.record("STOP_REPLICA_STALE_EPOCH_APPLIED", ts, broker, p, true_ms=t)
         self.freeze(p, t)
         return True
 
@@ -191,7 +218,7 @@ class Faults:
         if p is None or broker is None:
             return False
         ts = self.traffic.stop_replica(p, t, broker, p.leader_epoch, FENCED_LEADER_EPOCH)
-        self.record("STOP_REPLICA_CURRENT_EPOCH_REJECTED", ts, broker, p)
+        self.record("STOP_REPLICA_CURRENT_EPOCH_REJECTED", ts, broker, p, true_ms=t)
         self.freeze(p, t)
         return True
 
@@ -205,6 +232,7 @@ class Faults:
                     "cluster": self.m.cluster,
                     "node": broker,
                     "ts_ms": ts,
+                    "true_ms": t,  # delete_topic stops every replica at t
                     "topic": topic,
                     "partition": index,
                 }
@@ -224,7 +252,7 @@ class Faults:
         ts = self.traffic.stop_replica(
             p, t + 5, broker, p.leader_epoch, NONE, controller_epoch=m.raft.epoch - 1
         )
-        self.record("STOP_REPLICA_STALE_CONTROLLER_ACCEPTED", ts, broker)
+        self.record("STOP_REPLICA_STALE_CONTROLLER_ACCEPTED", ts, broker, true_ms=t + 5)
         self.freeze(p, t)
         return True
 
@@ -246,7 +274,7 @@ class Faults:
             replica = self._ineligible_replica(p, p.isr)
             assert replica is not None
             ts = m.change_partition(p, t, isr=[*p.isr, replica])
-            self.record("ISR_INELIGIBLE_REPLICA_ADMITTED", ts, replica, p)
+            self.record("ISR_INELIGIBLE_REPLICA_ADMITTED", ts, replica, p, true_ms=t)
             self.freeze(p, t)
             return True
         # KIP-903 form: an eligible replica, but the leader sent a stale broker epoch for it.
@@ -264,7 +292,7 @@ class Faults:
         isr_epochs = {b: m.brokers[b].epoch for b in new_isr}
         isr_epochs[joiner] -= 7
         ts = self.traffic.accepted_isr_change(p, t, p.leader, new_isr, isr_epochs=isr_epochs)
-        self.record("ISR_INELIGIBLE_REPLICA_ADMITTED", ts, joiner, p)
+        self.record("ISR_INELIGIBLE_REPLICA_ADMITTED", ts, joiner, p, true_ms=t)
         self.freeze(p, t)
         return True
 
@@ -276,7 +304,7 @@ class Faults:
         replica = self._ineligible_replica(p, [p.leader])
         assert replica is not None
         ts = m.change_partition(p, t, leader=replica)
-        self.record("LEADER_INELIGIBLE_ELECTED", ts, replica, p)
+        self.record("LEADER_INELIGIBLE_ELECTED", ts, replica, p, true_ms=t)
         self.freeze(p, t)
         return True
 
@@ -301,7 +329,7 @@ class Faults:
         ts = self.traffic.accepted_isr_change(
             p, t, zombie, new_isr, leader_epoch=p.leader_epoch - 1, partition_epoch=p.partition_epoch - 1
         )
-        self.record("ALTER_PARTITION_STALE_EPOCH_ACCEPTED", ts, m.raft.leader, p)
+        self.record("ALTER_PARTITION_STALE_EPOCH_ACCEPTED", ts, m.raft.leader, p, true_ms=t)
         self.freeze(p, t)
         return True
 
@@ -314,7 +342,7 @@ class Faults:
         ts = self.traffic.accepted_isr_change(
             p, t, p.leader, new_isr, broker_epoch=m.brokers[p.leader].epoch - 3
         )
-        self.record("ALTER_PARTITION_STALE_BROKER_EPOCH_ACCEPTED", ts, m.raft.leader)
+        self.record("ALTER_PARTITION_STALE_BROKER_EPOCH_ACCEPTED", ts, m.raft.leader, true_ms=t)
         self.freeze(p, t)
         return True
 
@@ -330,14 +358,20 @@ class Faults:
             )
         else:
             ts = self.traffic.alter_partition(p, t, p.leader, list(p.isr), INELIGIBLE_REPLICA, version=1)
-        self.record("ALTER_PARTITION_ERROR_VERSION_MISMATCH", ts, m.raft.leader, p)
+        self.record("ALTER_PARTITION_ERROR_VERSION_MISMATCH", ts, m.raft.leader, p, true_ms=t)
         return True
 
     # ---- the metadata quorum (KIP-595) ------------------------------------------------------------
 
     def _raft_settled(self, t: int) -> bool:
+        """No election for the margin, no quorum fault playing out, and no
+        forced failover (``--failover-at``) due while one injected now would be."""
         raft = self.m.raft
-        return t - raft.elected_ms > self.margin_ms and t >= raft.frozen_until_ms
+        return (
+            t - raft.elected_ms > self.margin_ms
+            and t >= raft.frozen_until_ms
+            and not any(t <= forced <= t + self.quorum_span_ms for forced in raft.forced_ms)
+        )
 
     def _freeze_raft(self, until_ms: int) -> None:
         self.m.raft.frozen_until_ms = max(self.m.raft.frozen_until_ms, until_ms)
@@ -364,7 +398,7 @@ class Faults:
             node=usurper,
         )
         self._back_to_follower(usurper, t + 5)
-        self.record("QUORUM_TWO_LEADERS_IN_EPOCH", ts, usurper)
+        self.record("QUORUM_TWO_LEADERS_IN_EPOCH", ts, usurper, true_ms=t)
         self._freeze_raft(t + self.margin_ms)
         return True
 
@@ -378,7 +412,7 @@ class Faults:
             "quorum_state", t, shapes.quorum_state(-1, raft.epoch - 1, -1, list(raft.voters)), node=follower
         )
         self._back_to_follower(follower, t + 5)
-        self.record("QUORUM_EPOCH_REGRESSION", ts, follower)
+        self.record("QUORUM_EPOCH_REGRESSION", ts, follower, true_ms=t)
         self._freeze_raft(t + self.margin_ms)
         return True
 
@@ -396,7 +430,7 @@ class Faults:
             shapes.vote(old, out["epoch"], True, voter=voter, correlation_id=m.next_correlation()),
             node=voter,
         )
-        self.record("QUORUM_DOUBLE_VOTE", ts, voter)
+        self.record("QUORUM_DOUBLE_VOTE", ts, voter, true_ms=t + 5)
         self._freeze_raft(t + self.margin_ms)
         return True
 
@@ -414,14 +448,14 @@ class Faults:
             shapes.quorum_fetch(old, epoch - 1, fetcher, correlation_id=m.next_correlation()),
             node=old,
         )
-        self.record("QUORUM_ZOMBIE_LEADER", ts, old)
+        self.record("QUORUM_ZOMBIE_LEADER", ts, old, true_ms=late)
         step_down = m.emit(
             "quorum_state",
             late + 500,
             shapes.quorum_state(m.raft.leader, epoch, -1, list(m.raft.voters)),
             node=old,
         )
-        self.record("QUORUM_ZOMBIE_LEADER", step_down, old, status="resolved")
+        self.record("QUORUM_ZOMBIE_LEADER", step_down, old, status="resolved", true_ms=late + 500)
         self._freeze_raft(late + 500 + self.margin_ms)
         return True
 
@@ -469,7 +503,7 @@ class Faults:
         )
         if zombie_first:
             self.traffic.upload(t, p)
-        self.record("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED", ts, p.previous_leader, p)
+        self.record("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED", ts, p.previous_leader, p, true_ms=t)
         p.zombie_segments.add(segment)
         p.segments.append(segment)
         self.freeze(p, t)
@@ -488,10 +522,10 @@ class Faults:
         segment = next(s for s in p.segments if s not in p.zombie_segments)
         if deposed(p) and self.rng.random() < 0.7:
             ts = self.traffic.delete_segment(t, p, segment, p.previous_leader)
-            self.record("REMOTE_SEGMENT_ZOMBIE_DELETE", ts, p.previous_leader, p)
+            self.record("REMOTE_SEGMENT_ZOMBIE_DELETE", ts, p.previous_leader, p, true_ms=t)
         else:
             ts = self.traffic.delete_segment(t, p, segment, p.leader, skip_start=True)
-            self.record("REMOTE_SEGMENT_ZOMBIE_DELETE", ts, p.leader, p)
+            self.record("REMOTE_SEGMENT_ZOMBIE_DELETE", ts, p.leader, p, true_ms=t)
         self.freeze(p, t)
         return True
 
@@ -510,7 +544,7 @@ class Faults:
             ),
             node=p.leader,
         )
-        self.record("REMOTE_SEGMENT_INVALID_TRANSITION", ts, p.leader, p)
+        self.record("REMOTE_SEGMENT_INVALID_TRANSITION", ts, p.leader, p, true_ms=t)
         self.traffic.delete_segment(t, p, segment, p.leader)
         self.freeze(p, t)
         return True

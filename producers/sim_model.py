@@ -8,11 +8,13 @@ the detector so that a disagreement between the two shows up as a test failure.
 from __future__ import annotations
 
 import base64
+import bisect
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from producers import shapes
+from producers.sim_clocks import Clocks
 
 MV_3_6_IV0 = 12
 CONTROLLER_IDS = (3000, 3001, 3002)
@@ -61,13 +63,33 @@ class Raft:
     elected_ms: int = 0
     previous_leader: int = -1
     frozen_until_ms: int = 0  # no election until then (an injected quorum fault is playing out)
+    # (true time, leader) from the first leader on, one entry per election: whose
+    # clock stamps the metadata log when (ClusterModel.metadata_clock_node)
+    history: list[tuple[int, int]] = field(default_factory=list)
+    # true times of forced elections still to come (SimConfig.failovers): quorum
+    # faults keep clear of them
+    forced_ms: list[int] = field(default_factory=list)
+
+    def elected(self, leader: int, epoch: int, true_ms: int) -> None:
+        """``leader`` won ``epoch`` at ``true_ms``."""
+        self.previous_leader, self.leader, self.epoch, self.elected_ms = self.leader, leader, epoch, true_ms
+        self.history.append((true_ms, leader))
 
 
 class ClusterModel:
     """State plus the emitter: ``emit`` records an envelope at true time
-    ``true_ms``; request and quorum events get their node's clock skew."""
+    ``true_ms``, stamped by the clock of the node that wrote it: true time plus
+    the node's base skew plus its clock faults (``clocks``)."""
 
-    def __init__(self, cluster: str, rng: random.Random, *, skew_ms: int, metadata_version: int):
+    def __init__(
+        self,
+        cluster: str,
+        rng: random.Random,
+        *,
+        skew_ms: int,
+        metadata_version: int,
+        clocks: Clocks | None = None,
+    ):
         self.cluster = cluster
         self.rng = rng
         self.metadata_version = metadata_version
@@ -78,6 +100,7 @@ class ClusterModel:
         self.accepted_controller_epoch: dict[int, int] = {}
         self.clock_skew: dict[int, int] = {}
         self.skew_ms = skew_ms
+        self.clocks = clocks if clocks is not None else Clocks((), 0)
         self.metadata_offset = 0
         self.correlation = 0
         self.segment_seq = 0
@@ -88,11 +111,32 @@ class ClusterModel:
     # ---- emitting ---------------------------------------------------------------------------
 
     def node_ts(self, node: int, true_ms: int) -> int:
-        """What ``node``'s clock says at ``true_ms`` (each node has a fixed skew)."""
+        """What ``node``'s clock says at ``true_ms``: a fixed base skew, drawn
+        when the node first writes, plus its clock faults."""
         skew = self.clock_skew.get(node)
         if skew is None:
             skew = self.clock_skew[node] = self.rng.randint(-self.skew_ms, self.skew_ms)
-        return true_ms + skew
+        return true_ms + skew + self.clocks.offset_ms(node, true_ms)
+
+    def clock_ms(self, node: int, true_ms: int) -> int:
+        """What ``node``'s clock says (said, will say) at ``true_ms``, without
+        drawing anything: ValueError for a node that has not written yet, whose
+        base skew is not drawn."""
+        skew = self.clock_skew.get(node)
+        if skew is None:
+            raise ValueError(f"node {node} has written nothing yet: its clock's base skew is not drawn")
+        return true_ms + skew + self.clocks.offset_ms(node, true_ms)
+
+    def metadata_clock_node(self, true_ms: int) -> int:
+        """The active controller at ``true_ms``, whose clock stamps the metadata
+        log (its CreateTime). An election takes effect from its true time on;
+        a record written in the same millisecond just before it is the one
+        exception (random elections only; a forced one comes first)."""
+        history = self.raft.history
+        if not history:
+            return self.raft.leader
+        i = bisect.bisect_right(history, true_ms, key=lambda entry: entry[0]) - 1
+        return history[max(i, 0)][1]
 
     def emit(self, kind: str, true_ms: int, body: dict[str, Any], node: int | None = None) -> int:
         """Record one envelope; returns its ``ts_ms``, stamped by the clock of

@@ -378,14 +378,20 @@ class Traffic:
         body = shapes.quorum_fetch(m.raft.leader, m.raft.epoch, replica, correlation_id=m.next_correlation())
         m.emit("request", t, body, node=m.raft.leader)
 
-    def raft_election(self, t: int, *, old_leader_partitioned: bool = False) -> dict[str, int]:
+    def raft_election(
+        self, t: int, *, old_leader_partitioned: bool = False, candidate: int | None = None
+    ) -> dict[str, int]:
         """Elect a new quorum leader: pre-votes, votes, persisted states,
         BeginQuorumEpoch. With ``old_leader_partitioned`` the old leader is cut off
-        away and hears nothing of it. Returns the nodes a fault needs."""
+        away and hears nothing of it. ``candidate`` wins (a forced failover's
+        ``--failover-to``; the leader itself is re-elected in a new epoch), else
+        a voter other than the leader, picked by the seed. Returns the nodes a
+        fault needs."""
         m = self.m
         raft = m.raft
         old, epoch = raft.leader, raft.epoch + 1
-        candidate = self.rng.choice([v for v in raft.voters if v != old])
+        if candidate is None:
+            candidate = self.rng.choice([v for v in raft.voters if v != old])
         reachable = [v for v in raft.voters if v != candidate and (not old_leader_partitioned or v != old)]
         out: dict[str, int] = {"old": old, "candidate": candidate, "epoch": epoch}
         for voter in reachable:  # pre-votes do not bind (KIP-996)
@@ -429,7 +435,7 @@ class Traffic:
                 shapes.quorum_state(candidate, epoch, candidate, list(raft.voters)),
                 node=voter,
             )
-        if not old_leader_partitioned and self.rng.random() < 0.5:
+        if not old_leader_partitioned and old != candidate and self.rng.random() < 0.5:
             # The deposed leader may serve one more fetch before it learns of the election.
             late = t + self.rng.randint(1, self.lag_ms)
             m.emit(
@@ -440,7 +446,7 @@ class Traffic:
                 ),
                 node=old,
             )
-        raft.previous_leader, raft.leader, raft.epoch, raft.elected_ms = old, candidate, epoch, t
+        raft.elected(candidate, epoch, t)
         return out
 
     # ---- tiered storage ------------------------------------------------------------------------

@@ -7,7 +7,15 @@ a real cluster's take: each is rendered as the quorum-state file or formatter
 line Kafka writes, and read back with fencewatch's parsers
 (producers.native_forms); the events are then what ``fencewatch ship``
 publishes. The native segment line has no cleaner offsets, so
-REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is not injected in that mode."""
+REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is not injected in that mode.
+
+Clocks: every node's clock runs off true time by a fixed base skew within
+``skew_ms``; ``clocks`` breaks chosen nodes' clocks further (offsets, steps,
+drift: producers.sim_clocks), and ``failovers`` forces Raft elections, which
+hand the metadata log's clock (CreateTime: the active controller's) to another
+controller. ``Simulator.clock_offset_ms`` and ``clock_record`` are the clock
+ground truth; the truth records carry both a violation's ``ts_ms`` (its
+writer's clock) and its ``true_ms``."""
 
 from __future__ import annotations
 
@@ -19,8 +27,9 @@ from typing import Any
 
 from producers import shapes
 from producers.native_forms import NATIVE_KINDS, NativeRoute
+from producers.sim_clocks import ClockFault, Clocks, Failover
 from producers.sim_faults import Faults
-from producers.sim_model import ClusterModel
+from producers.sim_model import CONTROLLER_IDS, ClusterModel
 from producers.sim_traffic import Traffic
 
 # A weight per legitimate action; roughly how often it happens per simulated step.
@@ -60,15 +69,24 @@ class SimConfig:
     fault_rate: float = 0.0005  # chance per simulated action that a fault is injected
     faults: tuple[str, ...] = ()  # rule ids to inject; empty: every rule
     grace_ms: int = 2000  # the detector's grace window the faults must stay clear of
+    clock_slack_ms: int = 1000  # the detector's clock slack (DetectorConfig.clock_slack_ms), likewise
+    # KRaft's metadata.max.idle.interval.ms (KIP-835, Kafka 3.3+): a NoOp record
+    # this often in the metadata log; 0 writes none, as older Kafka did.
+    noop_interval_ms: int = 500
     skew_ms: int = 200  # each node's clock is off by up to this much
     metadata_version: int = 21  # KRaft feature level; below 12 ISR shrinks bump the leader epoch
     events_per_second: int = 2000  # simulated traffic rate
     start_ms: int = 1_763_720_000_000
     warmup_ms: int = 10_000  # no faults before the cluster has settled
     native_forms: bool = False  # quorum and remote-segment events through Kafka's forms and the parsers
+    # Clock faults on top of the base skew (producers.sim_clocks), beyond the
+    # skew limit on purpose: the detector is not expected to stay exact.
+    clocks: tuple[ClockFault, ...] = ()
+    failovers: tuple[Failover, ...] = ()  # forced Raft elections
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Only the base skew is held to the grace window; clock faults are not.
         if self.skew_ms * 4 > self.grace_ms:
             raise ValueError(
                 "skew_ms must be at most a quarter of grace_ms, or legitimate lag looks like a fault"
@@ -77,6 +95,24 @@ class SimConfig:
             raise ValueError("fault_rate is a probability between 0 and 1")
         if self.brokers < 4:
             raise ValueError("simulate at least 4 brokers (3 stay active while one is fenced)")
+        nodes = f"brokers 1..{self.brokers}, controllers {CONTROLLER_IDS[0]}-{CONTROLLER_IDS[-1]}"
+        for fault in self.clocks:
+            if not (1 <= fault.node <= self.brokers or fault.node in CONTROLLER_IDS):
+                raise ValueError(
+                    f"clock fault {fault.node}={fault.spec}: there is no node {fault.node} "
+                    f"-- name one of {nodes}"
+                )
+        times = [f.at_ms for f in self.failovers]
+        if any(t <= 0 for t in times) or len(set(times)) < len(times):
+            raise ValueError(
+                f"forced failovers at {sorted(times)} ms -- give each failover its own time after the start"
+            )
+        for failover in self.failovers:
+            if failover.to is not None and failover.to not in CONTROLLER_IDS:
+                raise ValueError(
+                    f"failover to {failover.to}: not a controller "
+                    f"-- name one of {', '.join(map(str, CONTROLLER_IDS))}"
+                )
 
 
 # The rule whose evidence (KIP-1272 cleaner offsets) no native form carries.
@@ -91,10 +127,17 @@ class Simulator:
         self.config = config
         self.rng = random.Random(config.seed)
         self.model = ClusterModel(
-            config.cluster, self.rng, skew_ms=config.skew_ms, metadata_version=config.metadata_version
+            config.cluster,
+            self.rng,
+            skew_ms=config.skew_ms,
+            metadata_version=config.metadata_version,
+            clocks=Clocks(config.clocks, config.start_ms),
         )
+        # Forced elections to come, in true-time order: (true time, winner or None).
+        self._forced = sorted((config.start_ms + f.at_ms, f.to) for f in config.failovers)
+        self.model.raft.forced_ms = [at for at, _ in self._forced]
         self.traffic = Traffic(self.model, config.grace_ms)
-        self.faults = Faults(self.model, self.traffic, config.grace_ms, config.skew_ms)
+        self.faults = Faults(self.model, self.traffic, config.grace_ms, config.skew_ms, config.clock_slack_ms)
         unknown = set(config.faults) - set(self.faults.injectors)
         if unknown:
             raise ValueError(
@@ -123,6 +166,7 @@ class Simulator:
         m, cfg = self.model, self.config
         m.emit("metadata", t, shapes.feature_level(cfg.metadata_version))
         m.raft.epoch, m.raft.elected_ms = 5, t
+        m.raft.history.append((t, m.raft.leader))
         for voter in m.raft.voters:
             m.emit(
                 "quorum_state",
@@ -138,7 +182,12 @@ class Simulator:
 
     def events(self, limit: int) -> Iterator[dict[str, Any]]:
         """About ``limit`` envelopes (every event of a started action is
-        emitted), in true-time order; ``ts_ms`` carries each node's skew."""
+        emitted), in true-time order; ``ts_ms`` carries each node's clock."""
+        for _, env in self.timed_events(limit):
+            yield env
+
+    def timed_events(self, limit: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``events`` with the true time of each: ``(true_ms, envelope)``."""
         cfg, m, rng = self.config, self.model, self.rng
         clock = float(cfg.start_ms)
         t = cfg.start_ms
@@ -147,18 +196,31 @@ class Simulator:
         seq = 0
         emitted = 0
         self._setup(t)
+        noop_every = cfg.noop_interval_ms
+        next_noop_ms = t + noop_every if noop_every else None
         while True:
             for true_ms, env in m.out:
                 heapq.heappush(pending, (true_ms, seq, env))
                 seq += 1
             m.out.clear()
             while pending and pending[0][0] <= t:
-                yield self._positioned(heapq.heappop(pending)[2])
+                true_ms, _, env = heapq.heappop(pending)
+                yield true_ms, self._positioned(env)
                 emitted += 1
             if emitted + len(pending) >= limit:
                 break
             clock += rng.expovariate(1.0 / mean_step_ms)
             t = int(clock)
+            while next_noop_ms is not None and next_noop_ms <= t:
+                # KRaft's controller writes a NoOp while nothing else changes
+                # (metadata.max.idle.interval.ms): the metadata log's heartbeat.
+                m.emit("metadata", next_noop_ms, shapes.no_op())
+                next_noop_ms += noop_every
+            while self._forced and self._forced[0][0] <= t:
+                # At its own time: every event yielded so far is earlier.
+                at, to = self._forced.pop(0)
+                m.raft.forced_ms.pop(0)
+                self.traffic.raft_election(at, candidate=to)
             if t - cfg.start_ms > cfg.warmup_ms and rng.random() < cfg.fault_rate:
                 rule = rng.choice(self.enabled)
                 if self.faults.injectors[rule](t):
@@ -169,7 +231,65 @@ class Simulator:
                 continue
             getattr(self.traffic, action)(t)
         while pending:
-            yield self._positioned(heapq.heappop(pending)[2])
+            true_ms, _, env = heapq.heappop(pending)
+            yield true_ms, self._positioned(env)
+
+    # ---- the clock ground truth ---------------------------------------------------------------
+
+    @property
+    def leader_history(self) -> list[tuple[int, int]]:
+        """``(true_ms, leader)`` of the first quorum leader and of every
+        election so far: whose clock stamped the metadata log from when."""
+        return list(self.model.raft.history)
+
+    def metadata_clock_node(self, true_ms: int) -> int:
+        """The active controller at true time ``true_ms``, whose clock stamps
+        the metadata log's records (as far as the run has got)."""
+        return self.model.metadata_clock_node(true_ms)
+
+    def node_clock_ms(self, node: int, true_ms: int) -> int:
+        """What ``node``'s clock reads at true time ``true_ms``: true time,
+        its base skew and its clock faults. ValueError for a node that has
+        written nothing yet (its base skew is drawn when it first writes)."""
+        return self.model.clock_ms(node, true_ms)
+
+    def clock_offset_ms(self, node: int, true_ms: int) -> int:
+        """``node``'s clock minus the metadata log's clock (the active
+        controller's) at true time ``true_ms``: how far ``node``'s ``ts_ms``
+        run ahead of the metadata records written at the same moment."""
+        return self.node_clock_ms(node, true_ms) - self.node_clock_ms(
+            self.metadata_clock_node(true_ms), true_ms
+        )
+
+    def clock_record(self) -> dict[str, Any]:
+        """The clock ground truth of the run so far, as JSON
+        (``fencewatch simulate -o FILE`` writes it to ``FILE.clocks.json``):
+
+        - ``start_ms``: true time at the start; steps and drifts count from it;
+        - ``skew_ms``: the bound of the base skews;
+        - ``nodes``: per node that wrote anything or has clock faults,
+          ``base_skew_ms`` (null if it never wrote) and its clock ``faults``
+          (``offset``: ``offset_ms``; ``step``: ``offset_ms`` from ``at_ms``
+          after the start; ``drift``: ``ppm`` microseconds per
+          second, whole milliseconds rounded toward zero), each with its ``spec``;
+        - ``raft_leaders``: ``[true_ms, leader]`` per election, first leader
+          first: the metadata log is stamped by the last one at or before a time.
+
+        A node's clock at true time T reads T + base_skew_ms + its faults' offsets."""
+        m = self.model
+        return {
+            "start_ms": self.config.start_ms,
+            "skew_ms": self.config.skew_ms,
+            "nodes": [
+                {
+                    "node": node,
+                    "base_skew_ms": m.clock_skew.get(node),
+                    "faults": [f.to_json() for f in m.clocks.of(node)],
+                }
+                for node in sorted(m.clock_skew.keys() | {f.node for f in m.clocks.faults})
+            ],
+            "raft_leaders": [[at, leader] for at, leader in m.raft.history],
+        }
 
     def _positioned(self, env: dict[str, Any]) -> dict[str, Any]:
         """Remote log metadata gets its offset in the ``__remote_log_metadata``

@@ -4,7 +4,9 @@ All metrics live on the registry handed to :class:`Metrics` (tests use a fresh
 ``CollectorRegistry()``). Names follow Prometheus conventions: ``fencewatch_``
 prefix, ``_total`` for counters, base units (seconds). Label sets are bounded:
 cluster, rule id, severity, status, event kind, Kafka API name, reason class,
-webhook endpoint name and source topic. No per-partition or per-broker series.
+webhook endpoint name and source topic. No per-partition series; the
+per-node ones (each node's measured clock offset) are bounded by the nodes of
+a cluster, its brokers and controllers.
 
 Detector counters are not counted here: the stateful operator keeps them in
 its checkpointed state and ships a snapshot per cluster bucket with each
@@ -29,6 +31,31 @@ from detectors.stats import merge_buckets, split_event_key
 
 BROKER_STATES = ("registered", "fenced", "controlled_shutdown")
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120, 300)
+
+
+def measured_clock_offsets(
+    snapshot: Mapping[str, Any],
+) -> Iterator[tuple[str, float | None, float | None, int]]:
+    """(node, low, high, evidence) for each node of ``snapshot`` whose clock
+    offset to the metadata log's was measured, the bounds in seconds.
+
+    A node without evidence (``measured`` false) is left out: its 0..0 is an
+    assumption, not a measurement. So is a node whose bounds contradict each
+    other (low above high: its offset is unknown). A bound the evidence does
+    not give (None in the snapshot) is None. A snapshot of a release without
+    clock offsets (an older checkpoint's) has no ``clock_offsets`` at all."""
+    for node, offset in sorted((snapshot.get("clock_offsets") or {}).items()):
+        low, high = offset.get("low_ms"), offset.get("high_ms")
+        if not offset.get("measured") or (low is None and high is None):
+            continue
+        if low is not None and high is not None and low > high:
+            continue
+        yield (
+            str(node),
+            None if low is None else low / 1000,
+            None if high is None else high / 1000,
+            int(offset.get("evidence", 0)),
+        )
 
 
 class DetectorCollector(Collector):
@@ -117,6 +144,18 @@ class DetectorCollector(Collector):
             "Event time of the newest event processed (Unix seconds)",
             labels=["cluster"],
         )
+        clock_offset = GaugeMetricFamily(
+            "fencewatch_clock_offset_seconds",
+            "A node's clock minus the metadata log's lies between the low and the high bound, measured from "
+            "causal evidence in Kafka's logs (a node without evidence has no series)",
+            labels=["cluster", "node", "bound"],
+        )
+        clock_evidence = GaugeMetricFamily(
+            "fencewatch_clock_offset_evidence",
+            "How much causal evidence (buckets of the node's time holding some) a node's measured clock "
+            "offset rests on",
+            labels=["cluster", "node"],
+        )
         for snap in snapshots:
             cluster = snap["cluster"]
             for key, n in sorted(snap["events"].items()):
@@ -145,9 +184,15 @@ class DetectorCollector(Collector):
             pending.add_metric([cluster], snap["pending_judgments"])
             if snap["newest_event_ts_ms"] is not None:
                 newest.add_metric([cluster], snap["newest_event_ts_ms"] / 1000)
+            # Built anew at every scrape: a node no longer in the snapshot has no series.
+            for node, low, high, evidence in measured_clock_offsets(snap):
+                for bound, value in (("low", low), ("high", high)):
+                    if value is not None:
+                        clock_offset.add_metric([cluster, node, bound], value)
+                clock_evidence.add_metric([cluster, node], evidence)
         yield from (events, unverified, dead_letters, alerts, late, duplicates, open_alerts, brokers)
         yield from tracked.values()
-        yield from (pending, newest)
+        yield from (pending, newest, clock_offset, clock_evidence)
 
 
 class Metrics:

@@ -70,10 +70,12 @@ def judge(
     if request.error != KafkaError.NONE:
         return  # the whole request was rejected: fencing working
     identity = (header.request_ref, env.ts_ms)
-    grace = cs.config.grace_ms
     if home and request.broker_epoch != -1 and any(p.error == KafkaError.NONE for p in request.partitions):
-        states = cs.view.broker_window(request.broker_id, env.ts_ms - grace, env.ts_ms + grace)
-        if not states:
+        window = cs.judged_window(env)
+        states = cs.view.broker_window(request.broker_id, *window) if window else None
+        if states is None:
+            pass  # counted as clock uncertain
+        elif not states:
             cs.unverified(UnverifiedReason.UNKNOWN_BROKER)
         elif all(s.epoch != request.broker_epoch for s in states):
             cs.emit(
@@ -120,7 +122,7 @@ def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: Alter
 
 
 def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: AlterPartitionEntry) -> None:
-    found = cs.partition_window(entry.topic, entry.topic_id, entry.partition, env.ts_ms)
+    found = cs.partition_window(entry.topic, entry.topic_id, entry.partition, env)
     if found is None:
         return
     key, _ = found
@@ -156,10 +158,12 @@ def _judge_isr_members(
     registered one. Registrations change between the controller's check and the
     completion line, and clocks differ: a member counts as ineligible only if it
     was so at every moment of the grace window."""
-    grace = cs.config.grace_ms
+    window = cs.judged_window(env)
+    if window is None:
+        return
     for replica in entry.new_isr:
         epoch = entry.isr_epochs.get(replica, -1)
-        states = cs.view.broker_window(replica, env.ts_ms - grace, env.ts_ms + grace)
+        states = cs.view.broker_window(replica, *window)
         if not states:
             cs.unverified(UnverifiedReason.ISR_MEMBER_UNREGISTERED)
             continue

@@ -43,7 +43,7 @@ def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[Partit
             continue
         if outcome.error != KafkaError.NONE or outcome.epoch < 0:
             continue
-        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env.ts_ms)
+        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env)
         if found is None:
             continue
         key, states = found

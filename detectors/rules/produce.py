@@ -66,7 +66,7 @@ def judge(
         if outcome.error is None:
             cs.unverified(UnverifiedReason.NO_RESPONSE_ENTRY)
             continue
-        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env.ts_ms)
+        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env)
         if found is None:
             continue
         key, states = found

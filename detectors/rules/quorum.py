@@ -122,7 +122,7 @@ def ingest_state(cs: ClusterState, env: Envelope) -> list[Deferred]:
         q.add_vote(node, voted, epoch, env.ts_ms, evidence)
         judgments.append((_judge_vote, (node, voted, epoch)))
     if leader == node:
-        q.add_claim(node, epoch, env.ts_ms, evidence)
+        q.add_claim(node, epoch, env.ts_ms, evidence, cs.moment(env)[1])
         judgments.append((_judge_claim, (node, epoch)))
     else:
         judgments.append((_judge_step_down, (node, epoch)))
@@ -195,7 +195,7 @@ def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Defe
             epoch = get_int(part, "leaderEpoch", path)
             if header.api_key == BEGIN_QUORUM_EPOCH:
                 evidence = Evidence.of("view", env, f"node {leader} began epoch {epoch} as leader")
-                cs.quorum.add_claim(leader, epoch, env.ts_ms, evidence)
+                cs.quorum.add_claim(leader, epoch, env.ts_ms, evidence, cs.moment(env)[1])
                 judgments.append((_judge_claim, (leader, epoch)))
             else:
                 judgments.append((_judge_step_down, (leader, epoch)))
@@ -234,7 +234,7 @@ def _ingest_quorum_fetch(cs: ClusterState, env: Envelope, node: int) -> list[Def
             evidence = Evidence.of(
                 "view", env, f"node {node} served a metadata fetch as leader of epoch {epoch}"
             )
-            cs.quorum.add_claim(node, epoch, env.ts_ms, evidence)
+            cs.quorum.add_claim(node, epoch, env.ts_ms, evidence, cs.moment(env)[1])
             judgments.append((_judge_claim, (node, epoch)))
     return judgments
 
@@ -255,12 +255,15 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
     if (node, epoch) in q.open_zombies:
         return
     grace = cs.config.grace_ms
+    # Each act placed in the metadata log's clock by its node's offset
+    # (detectors.clocks): the newer leader's as late, this one's as early as allowed.
+    earliest = cs.moment(env)[0]
     newer = [
         c
         for e, by_node in q.claims.items()
         if e > epoch
         for c in by_node.values()
-        if c.node != node and c.ts_ms <= env.ts_ms - grace
+        if c.node != node and c.latest <= earliest - grace
     ]
     reason = None
     if newer:
@@ -290,7 +293,7 @@ def _fetch_timeout(
         return None, []  # without observed fetches the timeout cannot be judged
     timeout = cs.config.quorum_fetch_timeout_ms * 3 // 2
     began = q.claims[epoch][node]
-    if env.ts_ms - began.ts_ms < timeout:
+    if cs.moment(env)[0] - began.latest < timeout:
         return None, []
     # Only voters make a majority: brokers (observers) fetch from a leader the
     # other voters have already abandoned.

@@ -191,7 +191,7 @@ def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:
         # The partition was deleted: its segments are cleaned up, whoever does it. The mark and
         # the request come from different clocks, so a mark up to grace_ms later still counts.
         return
-    found = cs.partition_window(None, segment.key[0], segment.key[1], request.ts_ms)
+    found = cs.partition_window(None, segment.key[0], segment.key[1], request, node=broker)
     if found is None:
         return
     key, states = found

@@ -104,7 +104,7 @@ def judge(cs: ClusterState, env: Envelope, header: Header, request: StopReplica,
         if part.error is None:
             cs.unverified(UnverifiedReason.NO_RESPONSE_ENTRY)
             continue
-        window = cs.partition_window(part.topic, None, part.partition, env.ts_ms)
+        window = cs.partition_window(part.topic, None, part.partition, env)
         if window is None:
             continue
         key, states = window

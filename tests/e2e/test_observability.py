@@ -29,6 +29,7 @@ from dashboard_queries import all_dashboards, panel_queries
 from spark_cluster import ChildProcess, child_env, fencewatch_run, wait_until
 from test_job import publish, read_topic, replay_alerts
 
+from detectors.config import DetectorConfig
 from streaming.broker import EmbeddedBroker, free_port
 from streaming.webhooks.receiver import WebhookReceiver
 
@@ -171,6 +172,8 @@ def test_metrics_dashboards_alert_rules_and_webhooks_end_to_end(
             *("--checkpoint", str(tmp_path / "ck"), "--alerts-topic", alerts_topic),
             *("--dead-letter-topic", dead_topic, "--quiet", "--trigger-seconds", "1"),
             *("--idle-flush-ms", "3000", "--metrics-port", str(metrics_port), "--metrics-bind", "127.0.0.1"),
+            # One bucket measures clocks: the clock offset panel and FencewatchClockSkew's metric.
+            *("--buckets", "1", "--measure-clocks"),
             *("--webhooks", str(webhooks_config(tmp_path / "hooks.toml", receiver, free_port()))),
         ],
         tmp_path / "run.log",
@@ -221,7 +224,7 @@ def test_metrics_dashboards_alert_rules_and_webhooks_end_to_end(
         # What the job must raise: fencewatch replay's alerts on the topic's records.
         records = [value for _, value in read_topic(broker, source)]
         events = [orjson.loads(v) for v in records if v not in BAD_RECORDS]
-        expected = replay_alerts(events)
+        expected = replay_alerts(events, DetectorConfig(measure_clocks=True))
         assert len(expected) >= 10
         wait_until(
             lambda: _delivered(receiver, "/hook") >= len(expected), "every alert at /hook", 300, children

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
+from detectors.config import DetectorConfig
 from detectors.engine import TOO_LATE, Detector
 from detectors.envelope import envelope_from_obj
 from detectors.truth import confusion, match_key
@@ -42,17 +43,17 @@ def simulate(seed: int, events: int) -> tuple[list[dict], list[dict]]:
     return list(sim.events(events)), sim.truth
 
 
-def replayed(events: list[dict]) -> Detector:
+def replayed(events: list[dict], config: DetectorConfig | None = None) -> Detector:
     """A detector after ``events`` and the end of input, as ``fencewatch replay`` leaves it."""
-    detector = Detector()
+    detector = Detector(config)
     for i, event in enumerate(events):
         detector.ingest(envelope_from_obj(event, f"mem:{i}", i))
     detector.flush()
     return detector
 
 
-def replay_alerts(events: list[dict]) -> dict[str, dict]:
-    return {a.alert_id: a.to_dict() for a in replayed(events).drain()}
+def replay_alerts(events: list[dict], config: DetectorConfig | None = None) -> dict[str, dict]:
+    return {a.alert_id: a.to_dict() for a in replayed(events, config).drain()}
 
 
 def publish(broker: EmbeddedBroker, topic: str, records: list[tuple[bytes, bytes]]) -> None:

@@ -103,6 +103,74 @@ def test_an_older_snapshot_never_replaces_a_newer_one():
     assert metrics.registry.get_sample_value("fencewatch_late_events_total", {"cluster": "c"}) == 6
 
 
+def clock_samples(metrics: Metrics) -> dict[tuple[str, ...], float]:
+    """The clock offset series scraped: (name, cluster, node[, bound]) -> value."""
+    return {
+        (name, *(value for _, value in labels)): v
+        for (name, labels), v in samples(metrics).items()
+        if name.startswith("fencewatch_clock_offset_")
+    }
+
+
+def test_measured_clock_offsets_are_exported_in_seconds_and_assumed_ones_not_at_all():
+    metrics = Metrics(CollectorRegistry())
+    offsets = {
+        "1": {"low_ms": -250, "high_ms": 1250, "measured": True, "evidence": 4},
+        # No evidence yet: 0..0 is an assumption, not a measurement.
+        "2": {"low_ms": 0, "high_ms": 0, "measured": False, "evidence": 0},
+        "10": {"low_ms": 2900, "high_ms": 3100, "measured": True, "evidence": 12},
+    }
+    metrics.detector.update({**Detector().snapshot("prod"), "clock_offsets": offsets})
+    assert clock_samples(metrics) == {
+        # Labels in sorted order: bound, cluster, node.
+        ("fencewatch_clock_offset_seconds", "low", "prod", "1"): -0.25,
+        ("fencewatch_clock_offset_seconds", "high", "prod", "1"): 1.25,
+        ("fencewatch_clock_offset_seconds", "low", "prod", "10"): 2.9,
+        ("fencewatch_clock_offset_seconds", "high", "prod", "10"): 3.1,
+        ("fencewatch_clock_offset_evidence", "prod", "1"): 4,
+        ("fencewatch_clock_offset_evidence", "prod", "10"): 12,
+    }
+
+
+def test_a_clock_bound_the_evidence_does_not_give_and_a_contradictory_interval_are_not_exported():
+    metrics = Metrics(CollectorRegistry())
+    offsets = {
+        # Only a lower bound (a controller's causation, no request it handled).
+        "1": {"low_ms": 3000, "high_ms": None, "measured": True, "evidence": 1},
+        # Low above high: the evidence disagrees, the offset is unknown.
+        "2": {"low_ms": 500, "high_ms": -500, "measured": True, "evidence": 2},
+    }
+    metrics.detector.update({**Detector().snapshot("prod"), "clock_offsets": offsets})
+    assert clock_samples(metrics) == {
+        ("fencewatch_clock_offset_seconds", "low", "prod", "1"): 3.0,
+        ("fencewatch_clock_offset_evidence", "prod", "1"): 1,
+    }
+
+
+def test_a_snapshot_without_clock_offsets_exports_none_and_everything_else():
+    """Snapshots of older checkpoints and releases have no clock_offsets key."""
+    metrics = Metrics(CollectorRegistry())
+    snapshot = {k: v for k, v in Detector().snapshot("old").items() if k != "clock_offsets"}
+    metrics.detector.update({**snapshot, "late": 3})
+    assert clock_samples(metrics) == {}
+    assert metrics.registry.get_sample_value("fencewatch_late_events_total", {"cluster": "old"}) == 3
+
+
+def test_a_node_gone_from_the_newest_snapshot_loses_its_clock_series():
+    metrics = Metrics(CollectorRegistry())
+    snapshot = Detector().snapshot("prod")
+    both = {
+        "1": {"low_ms": 10, "high_ms": 20, "measured": True, "evidence": 1},
+        "2": {"low_ms": -20, "high_ms": -10, "measured": True, "evidence": 1},
+    }
+    metrics.detector.update({**snapshot, "clock_offsets": both, "state_version": 1})
+    assert {key[-1] for key in clock_samples(metrics)} == {"1", "2"}
+    metrics.detector.update({**snapshot, "clock_offsets": {"1": both["1"]}, "state_version": 2})
+    assert {key[-1] for key in clock_samples(metrics)} == {"1"}
+    metrics.detector.update({**snapshot, "state_version": 3})  # a release without clock offsets
+    assert clock_samples(metrics) == {}
+
+
 # Real bad inputs, each through the path that meets it in production, and the
 # class the dead letter must carry. Together they produce every class.
 TS = 1_763_720_000_000

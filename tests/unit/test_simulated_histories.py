@@ -91,8 +91,8 @@ def envelopes(sim: Simulator, events: int) -> list[Envelope]:
     return [envelope_from_obj(raw, f"sim:{i}", i) for i, raw in enumerate(sim.events(events))]
 
 
-def detect(arrival: Iterable[Envelope]) -> Run:
-    detector = Detector(CONFIG, now_ms=lambda: 0)
+def detect(arrival: Iterable[Envelope], config: DetectorConfig = CONFIG) -> Run:
+    detector = Detector(config, now_ms=lambda: 0)
     dead: list[DeadLetter] = []
     for env in arrival:
         dead.extend(detector.ingest(env))

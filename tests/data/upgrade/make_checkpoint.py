@@ -108,6 +108,9 @@ def history(spec: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
                 fault_rate=spec["fault_rate"],
                 warmup_ms=spec["warmup_ms"],
                 events_per_second=spec["events_per_second"],
+                # Checkpoints made before NoOps and the clock slack were simulated have neither.
+                noop_interval_ms=spec.get("noop_interval_ms", 0),
+                clock_slack_ms=spec.get("clock_slack_ms", 0),
             )
         )
         per_cluster.append(list(sim.events(spec["events_per_cluster"])))

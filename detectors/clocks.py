@@ -1,0 +1,474 @@
+"""Each node's clock, measured against the metadata log's from Kafka's own
+causality, as an interval of offsets (node's clock minus the metadata log's).
+
+Kafka fences by epochs, not clocks, so its logs prove orderings, never times
+(../shared/CLOCKS.md):
+
+- Knowledge cannot precede creation. A request a node handled that carries
+  leader epoch E of a partition (Fetch, ListOffsets, OffsetForLeaderEpoch and
+  Produce ``currentLeaderEpoch``, a follower's fetch, StopReplica and
+  AlterPartition ``leaderEpoch``) or partition epoch P (AlterPartition) arrived
+  after the metadata record that created E or P was appended: whoever sent it
+  had learned E. Its arrival (the line's time minus ``totalTimeMs``: Kafka's
+  request logger stamps the line when the response is sent,
+  ``RequestChannel.updateRequestMetrics``) minus the record's time is an upper
+  bound on the node's offset. It holds on a buggy broker too: only the request's
+  contents count, never the answer.
+- Causation: an AlterPartition the controller answered NONE arrived before the
+  PartitionChangeRecord it caused (``ReplicationControlManager`` writes the
+  record while handling it), and was answered after it (``QuorumController``
+  completes a write only once its records are committed): a lower and an upper
+  bound on the controller's offset, as far apart as the request took.
+
+A broker's own log shows only what reached it, never what it caused, so a
+broker's offset has no lower bound of its own: it is taken to be at most
+``clock_slack_ms`` below the measured upper bound, the assumption being that
+some request carrying a new epoch reaches a node soon after the epoch is
+created. Busy partitions make that upper bound tight (tens of milliseconds on
+the simulator); where it is not, verdicts lean the lenient way (rules judge the
+union of every moment the interval allows).
+
+Offsets change: NTP steps the clock, and the metadata log's clock is the active
+controller's. Evidence is kept in buckets of node time, and a node's interval at
+time t is made from the evidence around t (``clock_window_ms`` back, the grace
+window ahead) that agrees with the evidence nearest t: a run of later evidence
+more than ``clock_slack_ms`` away from earlier evidence is a step, and evidence
+from before a step is not used after it. A node with no evidence at all is
+taken to agree with the metadata log (the grace window its only tolerance), and
+says so: its interval is ``measured=False``.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any
+
+from detectors.pickling import fast_pickle
+
+BUCKET_MS = 500
+# A node's records of one partition this far apart in its own time, or this far
+# back, cut its evidence: its clock may have stepped in between.
+GAP_MS = 1000
+# Claims whose record has not been seen are kept this long (node time) for it.
+_WAITING_MS = 60_000
+
+# What a claim refers to: ((topic key, partition), "L" leader epoch or "P" partition epoch, epoch).
+EpochRef = tuple[tuple[str, int], str, int]
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class ClockInterval:
+    """``node``'s clock minus the metadata log's clock, in ``[low_ms, high_ms]``.
+
+    ``measured``: from evidence (else no evidence: taken as 0, the grace window
+    the only tolerance). ``low_measured``: the lower bound came from causal
+    evidence rather than ``clock_slack_ms``. ``evidence``: how many buckets of
+    evidence made it."""
+
+    low_ms: float
+    high_ms: float
+    measured: bool
+    low_measured: bool = False
+    evidence: int = 0
+
+    @property
+    def width_ms(self) -> float:
+        return self.high_ms - self.low_ms if self.low_ms <= self.high_ms else math.inf
+
+    def describe(self, node: int | None) -> str:
+        """``node 3's clock is 2.9-3.1 s ahead of the metadata log's``."""
+        who = f"node {node}'s clock" if node is not None else "the clock"
+        if not self.measured:
+            return f"{who} has no evidence yet: taken to agree with the metadata log's"
+        if not math.isfinite(self.width_ms):
+            return f"{who} has contradictory or one-sided evidence: its offset is unknown"
+        low, high = self.low_ms / 1000, self.high_ms / 1000
+        if low >= 0:
+            return f"{who} is {_seconds(low)}-{_seconds(high)} s ahead of the metadata log's"
+        if high <= 0:
+            return f"{who} is {_seconds(-high)}-{_seconds(-low)} s behind the metadata log's"
+        return f"{who} is within -{_seconds(-low)}..+{_seconds(high)} s of the metadata log's"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "low_ms": _plain(self.low_ms),
+            "high_ms": _plain(self.high_ms),
+            "measured": self.measured,
+            "low_measured": self.low_measured,
+            "evidence": self.evidence,
+        }
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 0.1 or value == 0 else f"{value:.3f}"
+
+
+def _plain(value: float) -> int | None:
+    return int(value) if math.isfinite(value) else None
+
+
+ASSUMED = ClockInterval(0, 0, measured=False)
+# Evidence exists but none bounds this moment: a step cut it off, or nothing is in reach.
+UNKNOWN = ClockInterval(-math.inf, math.inf, measured=True)
+
+
+class EvidenceLine:
+    """One node's evidence about one partition (or, for reports, about all):
+    per bucket of node time the tightest upper and lower bound, and the cuts
+    where the node's own records jumped, before which evidence says nothing
+    about the clock after."""
+
+    __slots__ = ("blind", "cuts", "high", "last_ts", "low", "newest", "version")
+
+    def __init__(self) -> None:
+        # bucket -> (the lowest upper bound, when the record it refers to was written)
+        self.high: dict[int, tuple[int, int]] = {}
+        self.low: dict[int, int] = {}
+        self.newest = -(2**62)
+        self.version = 0
+        self.last_ts: int | None = None  # the node's newest record of the line
+        self.cuts: list[int] = []  # node times where a segment starts, ascending
+        # Node times ([from, to]) that a backward step wrote twice over: no estimate there.
+        self.blind: list[tuple[int, int]] = []
+
+    def saw(self, ts_ms: int, gap_ms: int | None, back_ms: int) -> None:
+        """The node wrote a record of this line at ``ts_ms`` (in its log's order).
+        ``gap_ms``: a silence this long cuts the line (None: never)."""
+        last = self.last_ts
+        if last is not None:
+            if gap_ms is not None and ts_ms - last > gap_ms:
+                self.cuts.append(ts_ms)
+                self.version += 1
+            elif last - ts_ms > back_ms:
+                # The clock stepped back: times in [ts_ms, last] were written twice,
+                # before and after the step, and cannot be told apart.
+                self.blind.append((ts_ms, last))
+                self.cuts.append(last + 1)
+                self.version += 1
+        if last is None or ts_ms > last:
+            self.last_ts = ts_ms
+
+    def add(self, node_ms: int, bound: int, created_ms: int, upper: bool, keep_ms: int) -> None:
+        bucket = node_ms // BUCKET_MS
+        if upper:
+            known = self.high.get(bucket)
+            if known is not None and bound >= known[0]:
+                return
+            self.high[bucket] = (bound, created_ms)
+        else:
+            old = self.low.get(bucket)
+            if old is not None and bound <= old:
+                return
+            self.low[bucket] = bound
+        self.version += 1
+        if bucket > self.newest:
+            self.newest = bucket
+            cutoff = bucket - keep_ms // BUCKET_MS
+            if len(self.high) + len(self.low) > 2 * keep_ms // BUCKET_MS:
+                for old in [b for b in self.high if b < cutoff]:
+                    del self.high[old]
+                for old in [b for b in self.low if b < cutoff]:
+                    del self.low[old]
+            horizon = node_ms - keep_ms
+            while len(self.cuts) > 1 and self.cuts[1] < horizon:
+                del self.cuts[0]
+            while self.blind and self.blind[0][1] < horizon:
+                del self.blind[0]
+
+    def next_blind(self, ts_ms: int) -> int:
+        """Where the next blind spot after ``ts_ms`` begins (evidence beyond it
+        may be from after a backward step)."""
+        return min((lo for lo, _ in self.blind if lo > ts_ms), default=2**62)
+
+    def segment(self, ts_ms: int) -> tuple[int, int] | None:
+        """The node times around ``ts_ms`` with no cut between, or None in a blind spot."""
+        for lo, hi in self.blind:
+            if lo <= ts_ms <= hi:
+                return None
+        i = bisect_right(self.cuts, ts_ms)
+        start = self.cuts[i - 1] if i else -(2**62)
+        end = self.cuts[i] if i < len(self.cuts) else 2**62
+        return start, end
+
+
+class ClockBook:
+    """One cluster's clocks: the records that created epochs, the claims of
+    knowledge and causation waiting for them, and each node's evidence, per
+    partition (what verdicts use: a partition's records all reach the same
+    bucket of the streaming job, so every bucket layout judges alike) and per
+    node (what reports and progress use)."""
+
+    def __init__(self, window_ms: int, slack_ms: int, ahead_ms: int, limit_ms: int, back_ms: int):
+        self.window_ms = window_ms
+        self.slack_ms = slack_ms
+        self.ahead_ms = ahead_ms
+        self.limit_ms = limit_ms
+        self.back_ms = back_ms
+        self.lines: dict[int, EvidenceLine] = {}
+        # When each epoch was created (the metadata record's time), for a while.
+        self.created: dict[EpochRef, int] = {}
+        self._created_order: deque[tuple[int, EpochRef]] = deque()
+        # Claims whose record has not been applied yet: ref -> (node, upper, bucket) -> arrival.
+        self.waiting: dict[EpochRef, dict[tuple[int, bool, int], int]] = {}
+        self._waiting_order: deque[tuple[int, EpochRef]] = deque()
+        self._cache: dict[tuple[int, int], tuple[int, ClockInterval]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_cache": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    # ---- evidence -------------------------------------------------------------------------
+
+    def saw(self, node: int, ts_ms: int) -> None:
+        """``node`` logged a record at ``ts_ms`` (in its log's order)."""
+        self._line(node).saw(ts_ms, GAP_MS, self.back_ms)
+
+    def created_epoch(self, ref: EpochRef, ts_ms: int) -> None:
+        """The metadata record at ``ts_ms`` created ``ref``."""
+        if ref in self.created:
+            return
+        self.created[ref] = ts_ms
+        self._created_order.append((ts_ms, ref))
+        horizon = ts_ms - 2 * self.window_ms
+        while self._created_order and self._created_order[0][0] < horizon:
+            _, old = self._created_order.popleft()
+            self.created.pop(old, None)
+        for (node, upper, _), arrival in self.waiting.pop(ref, {}).items():
+            self._bound(node, arrival, ts_ms, upper)
+
+    def knows(self, node: int, arrival_ms: int, ref: EpochRef) -> None:
+        """``node`` handled, from ``arrival_ms`` on, a request that carried ``ref``."""
+        self._claim(node, arrival_ms, ref, upper=True)
+
+    def caused(self, node: int, arrival_ms: int, completed_ms: int, ref: EpochRef) -> None:
+        """A request ``node`` received at ``arrival_ms`` and answered at
+        ``completed_ms`` caused the record creating ``ref``: the record was
+        written in between."""
+        self._claim(node, arrival_ms, ref, upper=False)
+        self._claim(node, completed_ms, ref, upper=True)
+
+    def _claim(self, node: int, arrival_ms: int, ref: EpochRef, upper: bool) -> None:
+        created = self.created.get(ref)
+        if created is not None:
+            self._bound(node, arrival_ms, created, upper)
+            return
+        claims = self.waiting.get(ref)
+        if claims is None:
+            claims = self.waiting[ref] = {}
+            self._waiting_order.append((arrival_ms, ref))
+            while self._waiting_order and self._waiting_order[0][0] < arrival_ms - _WAITING_MS:
+                _, old = self._waiting_order.popleft()
+                self.waiting.pop(old, None)
+        # Per node and bucket only the tightest claim can matter (EvidenceLine.add).
+        slot = (node, upper, arrival_ms // BUCKET_MS)
+        known = claims.get(slot)
+        if known is None or (arrival_ms < known if upper else arrival_ms > known):
+            claims[slot] = arrival_ms
+
+    def _line(self, node: int) -> EvidenceLine:
+        line = self.lines.get(node)
+        if line is None:
+            line = self.lines[node] = EvidenceLine()
+        return line
+
+    def _bound(self, node: int, node_ms: int, created_ms: int, upper: bool) -> None:
+        """Evidence: ``node``'s request at ``node_ms`` knew of (or caused) the record at ``created_ms``."""
+        self._line(node).add(node_ms, node_ms - created_ms, created_ms, upper, 2 * self.window_ms)
+
+    # ---- estimates -------------------------------------------------------------------------
+
+    def interval(self, node: int | None, ts_ms: int) -> ClockInterval:
+        """``node``'s offset interval at its own time ``ts_ms``."""
+        line = self.lines.get(node) if node is not None else None
+        if line is None or node is None:
+            return ASSUMED
+        bucket = ts_ms // BUCKET_MS
+        cached = self._cache.get((node, bucket))
+        if cached is not None and cached[0] == line.version:
+            return cached[1]
+        result = self._estimate(line, ts_ms)
+        if len(self._cache) > 65536:
+            self._cache.clear()
+        self._cache[(node, bucket)] = (line.version, result)
+        return result
+
+    def _estimate(self, line: EvidenceLine, ts_ms: int) -> ClockInterval:
+        segment = line.segment(ts_ms)
+        if segment is None:
+            return UNKNOWN
+        slack = self.slack_ms
+        bucket = ts_ms // BUCKET_MS
+        first = max(ts_ms - self.window_ms, segment[0]) // BUCKET_MS
+        last = (min(ts_ms + self.ahead_ms, segment[1], line.next_blind(ts_ms)) - 1) // BUCKET_MS
+        found = [(b, line.high[b]) for b in range(first, last + 1) if b in line.high]
+        lows = [line.low[b] for b in range(first, last + 1) if b in line.low]
+        if not found and not lows:
+            # Nothing in reach: the nearest older evidence of the segment, if any.
+            older = [b for b in line.high if segment[0] // BUCKET_MS <= b < first]
+            if older:
+                found = [(max(older), line.high[max(older)])]
+            else:
+                return ASSUMED
+        if lows:
+            two_sided = self._two_sided(line, bucket, first, last)
+            if two_sided is not None:
+                return two_sided
+        # No lower bound of its own (a broker). The lowest upper bound in reach is
+        # taken for tight where it is corroborated: then the clock is at most the
+        # slack below it.
+        high = min(h for _, (h, _) in found)
+        if self._corroborated([v for _, v in found], high):
+            return ClockInterval(high - slack, high, measured=True, evidence=len(found))
+        # Loose evidence only says the clock is not further ahead than it. Unless it
+        # proves the clock behind, the node is taken to agree with the metadata
+        # log, as without evidence; if it does, to be as near that as it allows.
+        if high >= 0:
+            return ASSUMED
+        return ClockInterval(high - slack, high, measured=True, evidence=len(found))
+
+    def _two_sided(self, line: EvidenceLine, bucket: int, first: int, last: int) -> ClockInterval | None:
+        """A node with causal evidence too (a controller): the bounds of the
+        buckets nearest ``bucket`` that agree, ahead first, then back; a bucket
+        whose bounds contradict them marks a step, and the walk stops there."""
+        high, low, count = math.inf, -math.inf, 0
+        for order in (range(bucket, last + 1), range(bucket - 1, first - 1, -1)):
+            for b in order:
+                h, lo = line.high.get(b), line.low.get(b)
+                new_high = min(high, h[0]) if h is not None else high
+                new_low = max(low, lo) if lo is not None else low
+                if new_low > new_high:
+                    break
+                high, low = new_high, new_low
+                count += (h is not None) + (lo is not None)
+        if low == -math.inf:
+            return None
+        return ClockInterval(low, high, True, True, count)
+
+    def _corroborated(self, found: list[tuple[int, int]], high: float) -> bool:
+        """Whether the lowest upper bound is taken to be tight: requests about
+        records written at least ``clock_slack_ms`` apart give upper bounds within
+        ``clock_slack_ms`` of it. A request long after its epoch was created (a
+        stale client at a former leader) gives a loose bound that grows with its
+        age; two about different records agree only if both came soon after."""
+        slack = self.slack_ms
+        near = [created for bound, created in found if bound <= high + slack]
+        return len(near) >= 2 and max(near) - min(near) >= slack
+
+    def measured_nodes(self, shift_ms: int = 0) -> dict[int, ClockInterval]:
+        """Every node whose evidence, at its newest, measures its clock. Offsets
+        are measured against the metadata log's continuous time; ``shift_ms``
+        (MetadataClock.shift_ms) turns them into offsets against the clock that
+        stamps the log now, the active controller's, which is what people compare
+        with."""
+        out: dict[int, ClockInterval] = {}
+        for node, line in sorted(self.lines.items()):
+            if line.high or line.low:
+                interval = self.interval(node, line.newest * BUCKET_MS + BUCKET_MS - 1)
+                if interval.measured:
+                    out[node] = replace(
+                        interval, low_ms=interval.low_ms + shift_ms, high_ms=interval.high_ms + shift_ms
+                    )
+        return out
+
+
+class MetadataClock:
+    """The metadata log's time, made continuous across the steps of its clock.
+
+    The log carries the active controller's clock, so a fail-over onto a node
+    whose clock is off moves every later record's time at once. Other nodes'
+    offsets are measured against this continuous time, so such a step is not a
+    step of every node at once. A step shows in the log's own order: a record
+    older than its predecessor (the new clock is behind), or, while the log's
+    NoOp records tick steadily (``metadata.max.idle.interval.ms``, 500 ms by
+    default, since Kafka 3.3), a silence much longer than its recent gaps (the
+    new clock is ahead). The shift
+    that makes the log continuous is off by at most the true gap there. A small
+    step forward cannot be told from a pause and is left alone: it only lowers
+    every node's offset, which the upper bounds follow at once. So the
+    continuous time may drift ahead of every controller's by the small backward
+    steps it took out; offsets are measured against it all the same, and
+    reports say so."""
+
+    __slots__ = ("back", "gaps", "last_noop_ms", "last_raw_ms", "noop_gaps", "shift_ms", "steps")
+
+    def __init__(self) -> None:
+        self.shift_ms = 0
+        self.last_raw_ms: int | None = None
+        self.gaps: deque[int] = deque(maxlen=16)
+        self.steps: deque[tuple[int | None, int]] = deque(maxlen=16)  # (offset, ms the clock moved)
+        self.last_noop_ms: int | None = None
+        self.noop_gaps: deque[int] = deque(maxlen=3)
+        # A record stamped before its predecessor, not yet taken for a step: (its
+        # predecessor's time, the gap back).
+        self.back: tuple[int, int] | None = None
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (
+            self.shift_ms,
+            self.last_raw_ms,
+            list(self.gaps),
+            list(self.steps),
+            self.last_noop_ms,
+            list(self.noop_gaps),
+            self.back,
+        )
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.shift_ms, self.last_raw_ms = state[0], state[1]
+        self.gaps = deque(state[2], maxlen=16)
+        self.steps = deque(state[3], maxlen=16)
+        self.last_noop_ms = state[4]
+        self.noop_gaps = deque(state[5], maxlen=3)
+        self.back = state[6]
+
+    def ticking(self) -> bool:
+        """The log's NoOps have come at a steady beat lately: a long silence is
+        then a step of the clock, not a quiet controller. Logs written before
+        Kafka 3.3 (KIP-835) have no NoOps: their silences are never taken for steps."""
+        return len(self.noop_gaps) == self.noop_gaps.maxlen and max(self.noop_gaps) <= GAP_MS
+
+    def place(self, ts_ms: int, offset: int | None, noop: bool = False) -> int:
+        """The continuous time of the record at ``ts_ms`` (in log order);
+        ``noop``: a NO_OP_RECORD, the log's heartbeat."""
+        ticking = self.ticking()
+        if noop:
+            if self.last_noop_ms is not None:
+                self.noop_gaps.append(ts_ms - self.last_noop_ms)
+            self.last_noop_ms = ts_ms
+        last = self.last_raw_ms
+        # After a step the record is placed the longest recent gap after its
+        # predecessor: the true gap was shorter, so the continuous time runs a
+        # little ahead of the old clock's, and every node's offset measured before
+        # the step stays an upper bound after it.
+        longest = max(self.gaps, default=0)
+        back = self.back
+        if back is not None:
+            self.back = None
+            before_ms, gap = back
+            if ts_ms < before_ms:
+                # The record after a step back stays behind too: the clock stepped.
+                self.shift_ms += longest - gap
+                if gap < -GAP_MS:
+                    self.steps.append((offset, gap - longest))
+                self.last_raw_ms = ts_ms
+                return ts_ms + self.shift_ms
+        if last is not None:
+            gap = ts_ms - last
+            if gap < 0:
+                # A record stamped before its predecessor: a step back if the next one
+                # stays behind as well; until then it takes its predecessor's time.
+                self.back = (last, gap)
+                return last + self.shift_ms
+            if ticking and gap > max(GAP_MS, 4 * longest):
+                self.shift_ms -= gap - longest
+                self.steps.append((offset, gap - longest))
+            else:
+                self.gaps.append(gap)
+        self.last_raw_ms = ts_ms
+        return ts_ms + self.shift_ms
