@@ -211,16 +211,23 @@ class Simulator:
                 break
             clock += rng.expovariate(1.0 / mean_step_ms)
             t = int(clock)
-            while next_noop_ms is not None and next_noop_ms <= t:
-                # KRaft's controller writes a NoOp while nothing else changes
-                # (metadata.max.idle.interval.ms): the metadata log's heartbeat.
-                m.emit("metadata", next_noop_ms, shapes.no_op())
-                next_noop_ms += noop_every
-            while self._forced and self._forced[0][0] <= t:
-                # At its own time: every event yielded so far is earlier.
-                at, to = self._forced.pop(0)
-                m.raft.forced_ms.pop(0)
-                self.traffic.raft_election(at, candidate=to)
+            while True:
+                # Forced elections and NoOps in their time order (an election first
+                # at the same moment: the NoOp is then the new leader's).
+                election = self._forced[0][0] if self._forced and self._forced[0][0] <= t else None
+                noop = next_noop_ms if next_noop_ms is not None and next_noop_ms <= t else None
+                if election is not None and (noop is None or election <= noop):
+                    # At its own time: every event yielded so far is earlier.
+                    at, to = self._forced.pop(0)
+                    m.raft.forced_ms.pop(0)
+                    self.traffic.raft_election(at, candidate=to)
+                elif noop is not None:
+                    # KRaft's controller writes a NoOp while nothing else changes
+                    # (metadata.max.idle.interval.ms): the metadata log's heartbeat.
+                    m.emit("metadata", noop, shapes.no_op())
+                    next_noop_ms = noop + noop_every
+                else:
+                    break
             if t - cfg.start_ms > cfg.warmup_ms and rng.random() < cfg.fault_rate:
                 rule = rng.choice(self.enabled)
                 if self.faults.injectors[rule](t):
