@@ -668,7 +668,7 @@ def _note_known_epochs(cs: ClusterState, env: Envelope, outcomes: Sequence[Parti
     epoch, which is what a guessed one (a probe's future epoch) looks like."""
     node = env.node
     if node is None or not cs.measures_clocks:
-        return
+        return  # only a whole cluster's detector measures (ClusterState.measures_clocks)
     arrival = _arrival(env)
     for outcome in outcomes:
         partition = (own_topic_key(outcome.topic, outcome.topic_id), outcome.partition)
@@ -683,11 +683,10 @@ def _note_stop_replica(cs: ClusterState, env: Envelope, request: StopReplica) ->
         return
     arrival = _arrival(env)
     for part in request.partitions:
-        if not cs.bucket.owns(part.partition):
-            continue
-        partition = (own_topic_key(part.topic, None), part.partition)
         if part.leader_epoch >= 0:
-            cs.clocks.knows(node, arrival, (partition, "L", part.leader_epoch))
+            cs.clocks.knows(
+                node, arrival, ((own_topic_key(part.topic, None), part.partition), "L", part.leader_epoch)
+            )
 
 
 def _note_alter_partition(cs: ClusterState, env: Envelope, request: AlterPartition) -> None:
@@ -698,8 +697,6 @@ def _note_alter_partition(cs: ClusterState, env: Envelope, request: AlterPartiti
         return
     arrival = _arrival(env)
     for entry in request.partitions:
-        if not cs.bucket.owns(entry.partition):
-            continue
         partition = (own_topic_key(entry.topic, entry.topic_id), entry.partition)
         if entry.leader_epoch >= 0:
             cs.clocks.knows(node, arrival, (partition, "L", entry.leader_epoch))
