@@ -220,9 +220,6 @@ class ClockBook:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_cache": {}}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     # ---- evidence -------------------------------------------------------------------------
 
     def saw(self, node: int, ts_ms: int) -> None:

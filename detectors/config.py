@@ -41,9 +41,9 @@ class DetectorConfig:
         within the grace window. Only a detector of a whole cluster measures: a
         bucket of the streaming job sees only its own partitions' requests, so
         its clocks and event time would differ from the whole cluster's and
-        different layouts would judge differently. Off by default so that
-        ``fencewatch replay`` keeps raising the alerts of the default job (8
-        buckets); docs/architecture.md, "Time and clocks".
+        different layouts would judge differently. Off here, as in the default
+        job (8 buckets); ``fencewatch replay`` turns it on unless told
+        ``--no-measure-clocks``; docs/architecture.md, "Time and clocks".
     """
 
     grace_ms: int = 2000

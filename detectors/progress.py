@@ -109,9 +109,3 @@ class Progress:
         self._slowest = slowest
         self._watermark = lowest if slowest is not None else None
         return self._watermark
-
-    def idle_sources(self, idle_ms: int) -> list[SourceKey]:
-        newest_ms = self.max_ts_ms
-        if newest_ms is None:
-            return []
-        return sorted(k for k in self.newest if newest_ms - self.seen_at[k] > idle_ms)

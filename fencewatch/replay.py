@@ -102,7 +102,7 @@ def add_parser(sub: Any) -> None:
         default=os.environ.get("FENCEWATCH_SPARK_MASTER", "local[2]"),
         help="--engine spark: Spark master URL (env FENCEWATCH_SPARK_MASTER; default %(default)s)",
     )
-    add_detector_options(p)
+    add_detector_options(p, measure_clocks=True)
     add_record_limit_option(p)
     p.set_defaults(run=run)
 

@@ -52,11 +52,14 @@ def write(path: Path, lines: Sequence[bytes], newline: bytes = b"\n") -> str:
 
 
 def replay(files: Sequence[str], tmp_path: Path, *options: str) -> tuple[list[dict], list[dict], str]:
-    """``fencewatch replay`` in this process: (alerts, dead letters, summary)."""
+    """``fencewatch replay`` in this process: (alerts, dead letters, summary);
+    without clock measurement, as the Spark engine's bucketed detector judges
+    (docs/architecture.md, "Time and clocks")."""
     dead = tmp_path / "replay-dead-letters.jsonl"
     out, err = io.StringIO(), io.StringIO()
+    argv = ["replay", "--no-progress", "--no-measure-clocks", "--dead-letter", str(dead), *options, *files]
     with redirect_stdout(out), redirect_stderr(err):
-        code = fencewatch(["replay", "--no-progress", "--dead-letter", str(dead), *options, *files])
+        code = fencewatch(argv)
     assert code == 0, err.getvalue()
     # print_summary's tables only: not the command's own lines (where the dead
     # letters went, the accounting of every line read, which the Python engine alone makes).
