@@ -52,6 +52,9 @@ BUCKET_MS = 500
 # A node's records of one partition this far apart in its own time, or this far
 # back, cut its evidence: its clock may have stepped in between.
 GAP_MS = 1000
+# The least a step of the metadata log's clock is taken to be misplaced by
+# (MetadataClock.step_margin_ms).
+STEP_MARGIN_MS = 100
 # Claims whose record has not been seen are kept this long (node time) for it.
 _WAITING_MS = 60_000
 
@@ -152,6 +155,12 @@ class EvidenceLine:
         if last is None or ts_ms > last:
             self.last_ts = ts_ms
 
+    def loosen(self, margin_ms: int) -> None:
+        """Every bound so far, moved ``margin_ms`` outwards."""
+        self.high = {b: (bound + margin_ms, created) for b, (bound, created) in self.high.items()}
+        self.low = {b: bound - margin_ms for b, bound in self.low.items()}
+        self.version += 1
+
     def add(self, node_ms: int, bound: int, created_ms: int, upper: bool, keep_ms: int) -> None:
         bucket = node_ms // BUCKET_MS
         if upper:
@@ -225,6 +234,21 @@ class ClockBook:
     def saw(self, node: int, ts_ms: int) -> None:
         """``node`` logged a record at ``ts_ms`` (in its log's order)."""
         self._line(node).saw(ts_ms, GAP_MS, self.back_ms)
+
+    def rebased(self, margin_ms: int) -> None:
+        """The metadata log's continuous time was anchored anew (MetadataClock
+        took a step): the new controller's clock is lined up with the old one's
+        only as well as the true gap between their records is guessed, within
+        ``margin_ms``. Every bound measured before is loosened by it, and the
+        records and claims of before are forgotten: a request after the step
+        that knew a record of before would bound its node's clock across the
+        step as if the guess were exact."""
+        for line in self.lines.values():
+            line.loosen(margin_ms)
+        self.created.clear()
+        self._created_order.clear()
+        self.waiting.clear()
+        self._waiting_order.clear()
 
     def created_epoch(self, ref: EpochRef, ts_ms: int) -> None:
         """The metadata record at ``ts_ms`` created ``ref``."""
@@ -311,7 +335,7 @@ class ClockBook:
             if older:
                 found = [(max(older), line.high[max(older)])]
             else:
-                return ASSUMED
+                return self._before_cut(line, ts_ms, segment[0])
         if lows:
             two_sided = self._two_sided(line, bucket, first, last)
             if two_sided is not None:
@@ -322,12 +346,21 @@ class ClockBook:
         high = min(h for _, (h, _) in found)
         if self._corroborated([v for _, v in found], high):
             return ClockInterval(high - slack, high, measured=True, evidence=len(found))
-        # Loose evidence only says the clock is not further ahead than it. Unless it
-        # proves the clock behind, the node is taken to agree with the metadata
-        # log, as without evidence; if it does, to be as near that as it allows.
-        if high >= 0:
+        # Loose evidence only says the clock is not further ahead than it: it may
+        # be anywhere from agreeing with the metadata log (as a node without
+        # evidence is taken to) up to that far ahead, or, if it proves the clock
+        # behind, as near agreement as it allows.
+        return ClockInterval(min(0, high - slack), high, measured=True, evidence=len(found))
+
+    def _before_cut(self, line: EvidenceLine, ts_ms: int, start_ms: int) -> ClockInterval:
+        """A segment without evidence yet (a controller that just took over, a
+        node back from a silence): the clock as last measured before the cut,
+        within the window, is more plausible than agreement with the metadata log."""
+        horizon = (ts_ms - self.window_ms) // BUCKET_MS
+        before = [b for b in (*line.high, *line.low) if horizon <= b < start_ms // BUCKET_MS]
+        if not before or start_ms <= -(2**62):
             return ASSUMED
-        return ClockInterval(high - slack, high, measured=True, evidence=len(found))
+        return self._estimate(line, max(before) * BUCKET_MS + BUCKET_MS - 1)
 
     def _two_sided(self, line: EvidenceLine, bucket: int, first: int, last: int) -> ClockInterval | None:
         """A node with causal evidence too (a controller): the bounds of the
@@ -429,6 +462,12 @@ class MetadataClock:
         then a step of the clock, not a quiet controller. Logs written before
         Kafka 3.3 (KIP-835) have no NoOps: their silences are never taken for steps."""
         return len(self.noop_gaps) == self.noop_gaps.maxlen and max(self.noop_gaps) <= GAP_MS
+
+    def step_margin_ms(self) -> int:
+        """How far off the newest step's placement may be: the true gap there is
+        taken to lie within the longest recent gap of where it was placed (at
+        least STEP_MARGIN_MS)."""
+        return max(max(self.gaps, default=0), STEP_MARGIN_MS)
 
     def place(self, ts_ms: int, offset: int | None, noop: bool = False) -> int:
         """The continuous time of the record at ``ts_ms`` (in log order);

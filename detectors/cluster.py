@@ -113,6 +113,21 @@ class ClusterState:
         earliest = math.floor(env.ts_ms - handling_ms(env) - interval.high_ms)
         return earliest, math.ceil(earliest + handling_ms(env) + width)
 
+    def placed(self, node: int | None, ts_ms: int) -> tuple[int, int] | None:
+        """The earliest and latest moments of the metadata log's clock at which
+        ``node``'s record stamped ``ts_ms`` by its own clock may have happened, by
+        what is known of that clock now (evidence from after the record too).
+        None while this state measures clocks and has no measure of that one:
+        then no moment is more plausible than another."""
+        interval = self.clocks.interval(node, ts_ms)
+        if not interval.measured:
+            return None if self.measures_clocks else (ts_ms, ts_ms)
+        if not math.isfinite(interval.width_ms):
+            return None
+        width = min(interval.width_ms, self.config.clock_limit_ms)
+        earliest = math.floor(ts_ms - interval.high_ms)
+        return earliest, math.ceil(earliest + width)
+
     def judged_window(self, env: Envelope, node: int | None = None) -> tuple[int, int] | None:
         """The metadata log's times within the grace window of some moment at which
         ``env``'s node may have acted: between the request's arrival at the

@@ -518,7 +518,12 @@ class Detector:
                 self.counters.bump(self.counters.events, "metadata")
             raw = env
             noop = env.body.get("type") == "NO_OP_RECORD"
-            placed = cs.metadata_clock.place(env.ts_ms, env.offset, noop) if cs.measures_clocks else env.ts_ms
+            placed = env.ts_ms
+            if cs.measures_clocks:
+                shift = cs.metadata_clock.shift_ms
+                placed = cs.metadata_clock.place(env.ts_ms, env.offset, noop)
+                if cs.metadata_clock.shift_ms != shift:
+                    cs.clocks.rebased(cs.metadata_clock.step_margin_ms())
             if placed != env.ts_ms:
                 env = Envelope(
                     env.cluster, env.node, placed, env.kind, env.offset, env.body, env.position, env.seq

@@ -24,7 +24,7 @@ from typing import Any
 from detectors.cluster import ClusterState
 from detectors.engine import Detector
 from detectors.history import History
-from detectors.render import where
+from detectors.render import iso_utc, where
 from detectors.view import BrokerState, PartitionState, own_topic_key
 from fencewatch.incident_report import EpochStep, Mark, Span, Timeline
 
@@ -78,10 +78,31 @@ def _timeline(alert: Mapping[str, Any], lo: int, hi: int, grace: int, source: st
         lo_ms=lo,
         hi_ms=hi,
         grace_ms=grace,
-        violation_ms=int(alert["ts_ms"]),
+        violation_ms=_in_metadata_clock(alert, alert.get("node"), int(alert["ts_ms"])),
         source=source,
         **parts,
     )
+
+
+# ---- clocks ---------------------------------------------------------------------------
+
+
+def _clock_offsets(alert: Mapping[str, Any]) -> dict[int, tuple[int, int]]:
+    """Per node, the offset interval (ms) of its clock against the metadata log's
+    that the verdict allowed for: the alert's evidence of role "clock"."""
+    return {
+        int(e["node"]): (int(e["offset_low_ms"]), int(e["offset_high_ms"]))
+        for e in alert.get("evidence", ())
+        if e.get("role") == "clock" and e.get("node") is not None and e.get("offset_low_ms") is not None
+    }
+
+
+def _in_metadata_clock(alert: Mapping[str, Any], node: object, ts_ms: int) -> int:
+    """``ts_ms`` stamped by ``node``'s clock, drawn in the metadata log's clock:
+    moved by the middle of the node's measured offset interval (unmoved where the
+    alert measured none; the metadata log's own records are in its clock)."""
+    interval = _clock_offsets(alert).get(node) if isinstance(node, int) else None
+    return ts_ms if interval is None else ts_ms - (interval[0] + interval[1]) // 2
 
 
 # ---- what a chart covers ------------------------------------------------------------
@@ -90,8 +111,8 @@ def _timeline(alert: Mapping[str, Any], lo: int, hi: int, grace: int, source: st
 def _window(alert: Mapping[str, Any], grace_ms: int) -> tuple[int, int]:
     """The grace window around the violation, widened to every evidence event,
     plus a margin either side."""
-    ts = int(alert["ts_ms"])
-    times = [int(e["ts_ms"]) for e in alert.get("evidence", ())]
+    ts = _in_metadata_clock(alert, alert.get("node"), int(alert["ts_ms"]))
+    times = [_in_metadata_clock(alert, e.get("node"), int(e["ts_ms"])) for e in alert.get("evidence", ())]
     lo = min([ts - grace_ms, *times])
     hi = max([ts + grace_ms, *times])
     margin = max(int((hi - lo) * MARGIN_SHARE), 50)
@@ -125,15 +146,26 @@ def _evidence_lane(evidence: Mapping[str, Any]) -> str:
 
 
 def _evidence_marks(alert: Mapping[str, Any]) -> list[Mark]:
-    return [
-        Mark(
-            _evidence_lane(e),
-            int(e["ts_ms"]),
-            "violation" if e.get("role") == "violation" else "view",
-            f"{e.get('role')}: {e.get('summary')} ({e.get('kind')} at {e.get('position')})",
+    """The alert's evidence events, each where it happened in the metadata log's
+    clock; a node's clock correction is said on its marks, not drawn apart."""
+    offsets = _clock_offsets(alert)
+    marks = []
+    for e in alert.get("evidence", ()):
+        if e.get("role") == "clock":
+            continue
+        text = f"{e.get('role')}: {e.get('summary')} ({e.get('kind')} at {e.get('position')})"
+        node, ts = e.get("node"), int(e["ts_ms"])
+        placed = _in_metadata_clock(alert, node, ts)
+        if isinstance(node, int) and node in offsets:
+            low, high = offsets[node]
+            text += (
+                f"; stamped {iso_utc(ts)} by node {node}'s clock, moved {placed - ts:+d} ms into the "
+                f"metadata log's clock (its offset measured {low}..{high} ms)"
+            )
+        marks.append(
+            Mark(_evidence_lane(e), placed, "violation" if e.get("role") == "violation" else "view", text)
         )
-        for e in alert.get("evidence", ())
-    ]
+    return marks
 
 
 def _lanes_of(marks: Sequence[Mark], spans: Sequence[Span], first: Sequence[str] = ()) -> tuple[str, ...]:

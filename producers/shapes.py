@@ -11,6 +11,10 @@ from detectors.requests import API_NAMES
 
 Envelope = dict[str, Any]
 
+# Every simulated request takes this long from arrival to response (the request
+# log's totalTimeMs); its line is stamped at the end (ClusterModel.emit).
+TOTAL_TIME_MS = 1.2
+
 
 def envelope(
     cluster: str,
@@ -152,7 +156,7 @@ def _completed(
         "request": request,
         "response": response,
         "connection": "127.0.0.1:9092-127.0.0.1:53422-0",
-        "totalTimeMs": 1.2,
+        "totalTimeMs": TOTAL_TIME_MS,
         "requestQueueTimeMs": 0.1,
         "localTimeMs": 0.8,
         "remoteTimeMs": 0.0,

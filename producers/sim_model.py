@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,15 @@ class Raft:
         """``leader`` won ``epoch`` at ``true_ms``."""
         self.previous_leader, self.leader, self.epoch, self.elected_ms = self.leader, leader, epoch, true_ms
         self.history.append((true_ms, leader))
+
+
+def stamped_at(true_ms: int, kind: str) -> int:
+    """The true time at which an envelope emitted at ``true_ms`` is stamped. A
+    request arrives at ``true_ms`` and is handled on the state of then; Kafka's
+    request log stamps its line when the response completes (RequestChannel),
+    ``totalTimeMs`` later. Stamped at arrival, it would show knowledge of records
+    written while it was handled, before it arrived by its own time."""
+    return true_ms + math.ceil(shapes.TOTAL_TIME_MS) if kind == "request" else true_ms
 
 
 class ClusterModel:
@@ -150,7 +160,7 @@ class ClusterModel:
             offset, ts_ms = self.metadata_offset, self.node_ts(self.raft.leader, true_ms)
         else:
             assert node is not None
-            ts_ms = self.node_ts(node, true_ms)
+            ts_ms = self.node_ts(node, stamped_at(true_ms, kind))
         self.out.append((true_ms, shapes.envelope(self.cluster, kind, ts_ms, body, node=node, offset=offset)))
         return ts_ms
 

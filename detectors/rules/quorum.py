@@ -10,6 +10,7 @@ from detectors.alerts import Evidence
 from detectors.envelope import Envelope
 from detectors.errors import KafkaError
 from detectors.fields import INT32, get_bool, get_int, get_list, get_obj, objects
+from detectors.quorum import Claim
 from detectors.render import iso_utc
 from detectors.requests import (
     BEGIN_QUORUM_EPOCH,
@@ -257,14 +258,16 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
     grace = cs.config.grace_ms
     # Each act placed in the metadata log's clock by its node's offset
     # (detectors.clocks): the newer leader's as late, this one's as early as allowed.
-    earliest = cs.moment(env)[0]
-    newer = [
-        c
-        for e, by_node in q.claims.items()
-        if e > epoch
-        for c in by_node.values()
-        if c.node != node and c.latest <= earliest - grace
-    ]
+    newer = []
+    if cs.placed(env.node, env.ts_ms) is not None:
+        earliest = cs.moment(env)[0]
+        newer = [
+            c
+            for e, by_node in q.claims.items()
+            if e > epoch
+            for c in by_node.values()
+            if c.node != node and (latest := _latest(cs, c)) is not None and latest <= earliest - grace
+        ]
     reason = None
     if newer:
         known = min(newer, key=lambda c: (c.ts_ms, c.epoch))
@@ -285,6 +288,19 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
         )
 
 
+def _latest(cs: ClusterState, claim: Claim) -> int | None:
+    """The latest moment a claim may have been made at, placed by the clock of
+    the node that logged it (a controller's clock is measured only once it
+    handles requests as the active one, often after its claim): as known when
+    the claim was seen or as known now, whichever is later. None if that clock
+    is not measured: the claim cannot be placed. A claim the metadata log
+    stamped is exact."""
+    if claim.latest_ms is None:
+        return claim.ts_ms
+    placed = cs.placed(claim.evidence.node, claim.ts_ms)
+    return None if placed is None else max(claim.latest_ms, placed[1])
+
+
 def _fetch_timeout(
     cs: ClusterState, env: Envelope, node: int, epoch: int
 ) -> tuple[str | None, list[Evidence]]:
@@ -293,7 +309,14 @@ def _fetch_timeout(
         return None, []  # without observed fetches the timeout cannot be judged
     timeout = cs.config.quorum_fetch_timeout_ms * 3 // 2
     began = q.claims[epoch][node]
-    if cs.moment(env)[0] - began.latest < timeout:
+    if began.evidence.node == env.node:
+        # The claim and this act are in the same node's log: its own clock times them.
+        elapsed: int | None = env.ts_ms - began.ts_ms
+    else:
+        since = _latest(cs, began)
+        placed = cs.placed(env.node, env.ts_ms) is not None
+        elapsed = cs.moment(env)[0] - since if placed and since is not None else None
+    if elapsed is None or elapsed < timeout:
         return None, []
     # Only voters make a majority: brokers (observers) fetch from a leader the
     # other voters have already abandoned.

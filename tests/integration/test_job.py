@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -17,6 +18,7 @@ from detectors.config import DetectorConfig
 from detectors.engine import TOO_LATE, Detector
 from detectors.envelope import envelope_from_obj
 from detectors.truth import confusion, match_key
+from producers.sim_clocks import Failover, parse_clock
 from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker
 from streaming.job import JobOptions, start
@@ -171,6 +173,59 @@ def test_streaming_alerts_equal_replay_and_ground_truth(
     assert all(letter["reason"] and letter["source_offset"] is not None for letter in letters)
     assert any("kind" in letter["reason"] for letter in letters)
     assert any("malformed JSON" in letter["reason"] for letter in letters)
+
+
+def test_a_skewed_history_gives_replay_s_alerts_with_clocks_measured(
+    spark, broker, make_topic, tmp_path: Path
+):
+    """Issue 23 through the job: broker 1's clock 5 s ahead and a fail-over onto
+    a controller 3 s behind. One bucket measures clocks (``--measure-clocks``)
+    and raises what replay raises on the same records in the order they were
+    published: the ground truth, not one false alarm."""
+    sim = Simulator(
+        SimConfig(
+            seed=11,
+            fault_rate=0.01,
+            warmup_ms=3000,
+            clocks=(parse_clock("3001=-3s"), parse_clock("1=+5s")),
+            failovers=(Failover(15_000, to=3001),),
+        )
+    )
+    events = list(sim.events(20_000))
+    config = DetectorConfig(measure_clocks=True)
+    expected = replay_alerts(events, config)
+    table = confusion(expected.values(), sim.truth)
+    assert all(c["fp"] == 0 for c in table.values()), table
+    assert sum(c["tp"] for c in table.values()) >= 0.9 * len(sim.truth)
+    assert sum(c["fp"] for c in confusion(replay_alerts(events).values(), sim.truth).values()) > 0
+
+    options = replace(
+        job_options(broker, make_topic, tmp_path, max_events_per_trigger=4_000, buckets=1), detector=config
+    )
+    publish(broker, options.topic, [(e["cluster"].encode(), orjson.dumps(e)) for e in events])
+    query = start(spark, options, console=None, metrics=Metrics(CollectorRegistry()))
+    try:
+        wait_for(
+            lambda: len(read_topic(broker, options.alerts_topic)) >= len(expected), query, 400, "every alert"
+        )
+        time.sleep(3 * options.idle_flush_ms / 1000)  # a late extra alert would show
+    finally:
+        query.stop()
+    streamed = {
+        orjson.loads(v)["alert_id"]: orjson.loads(v) for _, v in read_topic(broker, options.alerts_topic)
+    }
+    assert set(streamed) == set(expected)
+
+    def intervals(alerts: dict[str, dict]) -> list[tuple]:
+        """Each alert's clock evidence: the interval its verdict allowed for."""
+        return sorted(
+            (alert_id, e["node"], e["offset_low_ms"], e["offset_high_ms"])
+            for alert_id, a in alerts.items()
+            for e in a["evidence"]
+            if e["role"] == "clock"
+        )
+
+    assert intervals(streamed) == intervals(expected) != []
 
 
 def check_metrics(metrics: Metrics, events, records, expected, topic: str, query) -> None:

@@ -131,6 +131,37 @@ def test_an_evidence_timeline_places_each_event_on_its_lane():
     assert timeline.lo_ms < 1000 - GRACE_MS and timeline.hi_ms > 1000 + GRACE_MS
 
 
+def test_a_node_s_events_are_drawn_in_the_metadata_log_s_clock_with_the_correction_said():
+    """Broker 2's clock measured 2.9-3.1 s ahead: its violation, stamped 4000 by
+    its clock, is drawn at 1000 in the metadata log's clock, and says so; the
+    clock evidence itself is no event of its own."""
+    clock = {
+        "role": "clock",
+        "kind": "clock",
+        "ts_ms": 4000,
+        "node": 2,
+        "offset": None,
+        "position": "f:2",
+        "summary": "node 2's clock is 2.9-3.1 s ahead of the metadata log's",
+        "offset_low_ms": 2900,
+        "offset_high_ms": 3100,
+    }
+    base = alert()
+    violation = {**base["evidence"][1], "ts_ms": 4000}
+    timeline = from_evidence(
+        {**base, "ts_ms": 4000, "evidence": [base["evidence"][0], clock, violation]}, GRACE_MS
+    )
+    assert [(m.lane, m.ts_ms, m.role) for m in timeline.marks] == [
+        ("metadata log", 400, "view"),
+        ("node 2", 1000, "violation"),
+    ]
+    assert timeline.violation_ms == 1000
+    assert "moved -3000 ms into the metadata log's clock (its offset measured 2900..3100 ms)" in (
+        timeline.marks[1].text
+    )
+    assert timeline.hi_ms < 4000 + GRACE_MS  # the window follows the corrected times
+
+
 def test_the_page_counts_every_alert_and_draws_the_first_of_each_rule():
     report = IncidentReport(title="t", grace_ms=GRACE_MS, max_per_rule=2)
     gathered_for: list[int] = []

@@ -23,7 +23,7 @@ from producers.sim_clocks import (
     parse_clock,
     parse_time_ms,
 )
-from producers.sim_model import CONTROLLER_IDS
+from producers.sim_model import CONTROLLER_IDS, stamped_at
 from producers.simulator import SimConfig, Simulator
 
 START = SimConfig().start_ms
@@ -145,15 +145,16 @@ def test_ts_is_true_time_plus_base_skew_plus_faults(broken) -> None:
     clocks = Clocks(BROKEN, START)
     for true_ms, env in events:
         node = writer(sim, true_ms, env)
-        assert env["ts_ms"] == true_ms + skew[node] + clocks.offset_ms(node, true_ms), env
-        assert env["ts_ms"] == sim.node_clock_ms(node, true_ms)
+        stamped = stamped_at(true_ms, env["kind"])
+        assert env["ts_ms"] == stamped + skew[node] + clocks.offset_ms(node, stamped), env
+        assert env["ts_ms"] == sim.node_clock_ms(node, stamped)
 
 
 def test_a_step_takes_effect_at_its_time(broken) -> None:
     sim, events = broken
     base = sim.model.clock_skew[3]
     extra = {
-        (true_ms - START >= 4000, env["ts_ms"] - true_ms - base)
+        (true_ms - START >= 4000, env["ts_ms"] - stamped_at(true_ms, "request") - base)
         for true_ms, env in events
         if env["node"] == 3 and env["kind"] == "request"
     }
@@ -169,7 +170,7 @@ def test_drift_grows_linearly(broken) -> None:
     for node, ms_per_s in ((2, 20), (3000, -30)):  # 3000 stamps the metadata log too
         base = sim.model.clock_skew[node]
         drifted = [
-            (true_ms - START, env["ts_ms"] - true_ms - base)
+            (stamped_at(true_ms, env["kind"]) - START, env["ts_ms"] - stamped_at(true_ms, env["kind"]) - base)
             for true_ms, env in events
             if writer(sim, true_ms, env) == node
         ]
@@ -304,9 +305,11 @@ def test_truth_records_carry_true_time() -> None:
     assert len(sim.truth) > 50
     for record in sim.truth:
         true_ms = record["true_ms"]
-        # stamped by the node it names or by the metadata log (the active controller)
+        # stamped by the node it names or by the metadata log (the active controller),
+        # a request's line when it completed
         writers = {record["node"], sim.metadata_clock_node(true_ms)} - {None}
-        assert record["ts_ms"] in {sim.node_clock_ms(w, true_ms) for w in writers}, record
+        moments = {true_ms, stamped_at(true_ms, "request")}
+        assert record["ts_ms"] in {sim.node_clock_ms(w, t) for w in writers for t in moments}, record
     assert "true_ms" not in MATCH_FIELDS
     record = sim.truth[0]
     assert match_key(record) == match_key({k: v for k, v in record.items() if k != "true_ms"})
@@ -405,7 +408,7 @@ def test_sidecar_recomputes_every_clock(tmp_path) -> None:
     for line, (true_ms, env) in zip(lines, again, strict=True):
         assert line == orjson.dumps(env)
         node = leader(true_ms) if env["kind"] == "metadata" else env["node"]
-        assert env["ts_ms"] == clock(node, true_ms)
+        assert env["ts_ms"] == clock(node, stamped_at(true_ms, env["kind"]))
         checked += 1
     assert checked == len(lines) >= 9000
     truth = [orjson.loads(x) for x in (tmp_path / "e.jsonl.truth.jsonl").read_bytes().splitlines()]
