@@ -309,14 +309,14 @@ class ClockBook:
         line = self.lines.get(node) if node is not None else None
         if line is None or node is None:
             return ASSUMED
-        bucket = ts_ms // BUCKET_MS
-        cached = self._cache.get((node, bucket))
+        key = (node, ts_ms // BUCKET_MS)
+        cached = self._cache.get(key)
         if cached is not None and cached[0] == line.version:
             return cached[1]
         result = self._estimate(line, ts_ms)
         if len(self._cache) > 65536:
             self._cache.clear()
-        self._cache[(node, bucket)] = (line.version, result)
+        self._cache[key] = (line.version, result)
         return result
 
     def _estimate(self, line: EvidenceLine, ts_ms: int) -> ClockInterval:

@@ -71,17 +71,12 @@ class ClusterState:
         self.quorum = QuorumView()
         self.remote = RemoteView()
         self.clocks = new_clock_book(config)
+        self.measures_clocks = measures_clocks(config, bucket)
         # Newest controller epoch each broker accepted (StopReplica / LeaderAndIsr / UpdateMetadata).
         self.controller_epochs: dict[int, History[tuple[int, Evidence]]] = {}
         self.out: list[Alert] = []
         self._emitted: OrderedDict[str, None] = OrderedDict()
 
-    @property
-    def measures_clocks(self) -> bool:
-        """Whether this state measures clocks and keeps event time per source
-        (DetectorConfig.measure_clocks): only a state of a whole cluster does, since
-        a bucket's requests are its own partitions' alone."""
-        return self.config.measure_clocks and self.bucket.count == 1
 
     def describe(self, key: PartitionKey) -> str:
         """``topic-partition`` with the topic's name where the view knows it."""
@@ -97,6 +92,8 @@ class ClusterState:
     def clock(self, env: Envelope, node: int | None = None) -> ClockInterval:
         """The offset interval of the clock that stamped ``env`` (detectors.clocks).
         ``node``: the writer of a remote log metadata record (its broker's clock)."""
+        if not self.measures_clocks:
+            return ASSUMED
         if env.kind == "remote_log_metadata" and node is not None:
             return self.clocks.interval(node, env.ts_ms)
         if env.kind not in ("request", "quorum_state"):
@@ -220,14 +217,21 @@ class ClusterState:
         self.out.append(alert)
 
 
+def measures_clocks(config: DetectorConfig, bucket: Bucket) -> bool:
+    """Whether a state measures clocks and keeps event time per source
+    (DetectorConfig.measure_clocks): only a state of a whole cluster does, since
+    a bucket's requests are its own partitions' alone."""
+    return config.measure_clocks and bucket.count == 1
+
+
 def handling_ms(env: Envelope) -> int:
     """How long the request took from arrival to the response (the request log's
     ``totalTimeMs``); its line is stamped at the end. Bodies kept for judgments
     carry only this (detectors.envelope.without_body)."""
     total = env.body.get("totalTimeMs")
-    if not isinstance(total, int | float) or isinstance(total, bool) or not 0 <= total < 2**31:
-        return 0
-    return math.ceil(total)
+    if isinstance(total, int | float) and total.__class__ is not bool and 0 <= total < 2**31:
+        return math.ceil(total)
+    return 0
 
 
 def clock_evidence(env: Envelope, interval: ClockInterval) -> Evidence:

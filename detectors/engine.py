@@ -34,7 +34,7 @@ from detectors import rules
 from detectors.alerts import Alert, Evidence
 from detectors.buckets import WHOLE, Bucket
 from detectors.clocks import MetadataClock
-from detectors.cluster import ClusterState, Counters, handling_ms, new_clock_book
+from detectors.cluster import ClusterState, Counters, handling_ms, measures_clocks, new_clock_book
 from detectors.config import DetectorConfig
 from detectors.envelope import (
     BadRecord,
@@ -164,6 +164,7 @@ class _Cluster(ClusterState):
         self.__dict__.update(state)
         self.__dict__.setdefault("bucket", WHOLE)
         self.__dict__.setdefault("journal", None)
+        self.measures_clocks = measures_clocks(self.config, self.bucket)
         if "progress" not in state:
             # Up to f6ae53e one newest time stood for every source, and no clock was measured.
             self.progress = Progress()
@@ -279,15 +280,25 @@ class Detector:
         or judged for what belongs to no partition (detectors.buckets)."""
         cs = self.cluster(env.cluster)
         letters: list[DeadLetter] = []
-        source = source_key(env.kind, env.node)
-        if home and cs.watermark is not None and cs.corrected(source, env.ts_ms) < cs.watermark:
+        before = cs.watermark
+        source: SourceKey | None = None
+        ts_ms: float = env.ts_ms
+        if cs.measures_clocks:
+            source = key = source_key(env.kind, env.node)
+            if before is not None:
+                ts_ms = cs.corrected(key, env.ts_ms)
+            advanced = cs.progress.observe(key, env.ts_ms)
+        else:
+            # Every clock taken to agree: progress is the newest time of any source.
+            advanced = cs.progress.observe_newest(env.ts_ms)
+        if home and before is not None and ts_ms < before:
             # Arrived after the watermark passed it (judged all the same while its window is open).
             self.counters.late += 1
-        advanced = cs.progress.observe(source, env.ts_ms)
-        if advanced or cs.watermark is None:
+        if advanced or before is None:
             self._refresh_watermark(cs, source)
-            # Held records whose time has now passed come before this one.
-            self._release(cs, cs.release_ms(), letters)
+            if cs.held_count():
+                # Held records whose time has now passed come before this one.
+                self._release(cs, cs.release_ms(), letters)
         log = cs.ordered_log(env)
         if log is not None:
             arrival = log.offer(env)
@@ -297,12 +308,14 @@ class Detector:
                 self.counters.duplicates += 1
             elif home and arrival is Arrival.OUT_OF_ORDER:
                 letters.append(self._out_of_order(env, log))
-        elif self._first_delivery(cs, env, home):
-            self._process(cs, env, letters, home)
+        else:
+            due = self._first_delivery(cs, env, home)
+            if due is not None:
+                self._process(cs, env, letters, home, due)
         watermark = cs.watermark
         # A late record's judgment may be due at once; an applied offset may free held successors.
         if watermark is not None and (
-            advanced or log is not None or (cs.pending and cs.pending[0][0] <= watermark)
+            watermark != before or log is not None or (cs.pending and cs.pending[0][0] <= watermark)
         ):
             self._judge_due(cs, watermark, letters)
         return letters
@@ -323,6 +336,8 @@ class Detector:
         verdict on ``env`` is in: the latest moment its node's clock offset
         allows, plus the grace window."""
         grace = self.config.grace_ms
+        if not cs.measures_clocks:
+            return env.ts_ms + grace
         node = env.node
         if env.kind == "remote_log_metadata":
             # Stamped by the broker that wrote it (detectors.remote).
@@ -332,15 +347,17 @@ class Detector:
         elif env.kind not in ("request", "quorum_state"):
             return env.ts_ms + grace
         interval = cs.clocks.interval(node, env.ts_ms)
-        if not interval.measured or not math.isfinite(interval.width_ms):
+        low = interval.low_ms
+        # Unmeasured, contradictory, or wider than the limit: judged at once (the
+        # last counted as clock uncertain).
+        if not interval.measured or not low <= interval.high_ms <= low + self.config.clock_limit_ms:
             return env.ts_ms + grace
-        if interval.width_ms > self.config.clock_limit_ms:
-            return env.ts_ms + grace  # judged at once: counted as clock uncertain
-        return math.ceil(env.ts_ms - interval.low_ms) + grace
+        return math.ceil(env.ts_ms - low) + grace
 
-    def _first_delivery(self, cs: _Cluster, env: Envelope, home: bool) -> bool:
-        """False for a record seen before (counted as a duplicate) and for one
-        too late to judge (counted as unverified); see detectors.redelivery."""
+    def _first_delivery(self, cs: _Cluster, env: Envelope, home: bool) -> int | None:
+        """The record's due time (:meth:`due_ms`) on its first delivery; None for a
+        record seen before (counted as a duplicate) and for one too late to judge
+        (counted as unverified); see detectors.redelivery."""
         if env.kind == "quorum_state":
             # The file has no time: a shipper that restarts publishes the state it
             # holds again, stamped anew. An earlier state coming back later (after
@@ -351,17 +368,20 @@ class Detector:
                 cs.quorum_state_ids.add(content_identity(env)) and cs.quorum_states.get(env.node) != content
             )
             cs.quorum_states[env.node] = content
+            until_ms = self.due_ms(cs, env)
         else:
             until_ms = self.due_ms(cs, env)
             watermark = cs.watermark
             if watermark is not None and until_ms < watermark:
                 if home:
                     cs.unverified(TOO_LATE)
-                return False
+                return None
             first = cs.recent_ids.add(content_identity(env), until_ms)
-        if home and not first:
-            self.counters.duplicates += 1
-        return first
+        if not first:
+            if home:
+                self.counters.duplicates += 1
+            return None
+        return until_ms
 
     def _out_of_order(self, env: Envelope, log: OffsetOrder) -> DeadLetter:
         letter = DeadLetter(
@@ -377,8 +397,11 @@ class Detector:
         self.dead_letter(letter)
         return letter
 
-    def _process(self, cs: _Cluster, env: Envelope, letters: list[DeadLetter], home: bool) -> None:
-        """Apply or schedule one first-delivered record."""
+    def _process(
+        self, cs: _Cluster, env: Envelope, letters: list[DeadLetter], home: bool, due: int | None = None
+    ) -> None:
+        """Apply or schedule one first-delivered record; ``due``: its due time if
+        known (judgments check it again when it comes)."""
         try:
             judgments = self._dispatch(cs, env, home)
         except BadRecord as exc:
@@ -394,12 +417,12 @@ class Detector:
                 cs.unverified(exc.reason)
             return
         if judgments:
-            self._schedule(cs, env, judgments)
+            self._schedule(cs, env, judgments, self.due_ms(cs, env) if due is None else due)
 
-    def _schedule(self, cs: _Cluster, env: Envelope, judgments: list[Deferred]) -> None:
-        """Queue each judgment until the watermark passes ``ts_ms + grace_ms``,
-        bound to the event without its body (see rules.base.Deferred)."""
-        due = self.due_ms(cs, env)
+    def _schedule(self, cs: _Cluster, env: Envelope, judgments: list[Deferred], due: int) -> None:
+        """Queue each judgment until the watermark passes ``due`` (``ts_ms +
+        grace_ms`` where clocks are not measured), bound to the event without
+        its body (see rules.base.Deferred)."""
         lean = without_body(env)
         for judge, facts in judgments:
             self._arrivals += 1
@@ -485,7 +508,7 @@ class Detector:
             _, ts_ms, arrival, judgment = heapq.heappop(pending)
             if journal is not None:
                 journal.popped.append(arrival)
-            if watermark_ms is not None:
+            if watermark_ms is not None and cs.measures_clocks:
                 # The node's offset was measured again since: its verdict may need later records.
                 assert isinstance(judgment, partial)
                 due = self.due_ms(cs, judgment.args[1])

@@ -53,6 +53,13 @@ class Progress:
         self._watermark: float | None = None
         self._refreshed_at = -(2**62)
 
+    def observe_newest(self, ts_ms: int) -> bool:
+        """Record one event's time, sources aside. True if it is the newest yet."""
+        if self.max_ts_ms is None or ts_ms > self.max_ts_ms:
+            self.max_ts_ms = ts_ms
+            return True
+        return False
+
     def observe(self, key: SourceKey, ts_ms: int) -> bool:
         """Record one event of ``key``. True if the source's progress moved."""
         if self.max_ts_ms is None or ts_ms > self.max_ts_ms:
