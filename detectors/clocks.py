@@ -349,7 +349,11 @@ class ClockBook:
         # Loose evidence only says the clock is not further ahead than it: it may
         # be anywhere from agreeing with the metadata log (as a node without
         # evidence is taken to) up to that far ahead, or, if it proves the clock
-        # behind, as near agreement as it allows.
+        # behind, as near agreement as it allows. A bound looser than the clock
+        # limit (requests about an epoch long established, a quiet cluster's
+        # usual case) says nothing: the node is taken to agree, as without evidence.
+        if high > self.limit_ms:
+            return ASSUMED
         return ClockInterval(min(0, high - slack), high, measured=True, evidence=len(found))
 
     def _before_cut(self, line: EvidenceLine, ts_ms: int, start_ms: int) -> ClockInterval:

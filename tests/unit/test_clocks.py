@@ -54,6 +54,8 @@ def test_one_loose_bound_leaves_every_offset_from_agreement_up_to_it():
     assert (interval.low_ms, interval.high_ms, interval.low_measured) == (0, 7000, False)
     clocks.knows(4, 9_700, (PARTITION, "L", 1))  # proves node 4 at least 300 ms behind
     assert (clocks.interval(4, 9_700).low_ms, clocks.interval(4, 9_700).high_ms) == (-1300, -300)
+    clocks.knows(5, 50_000, (PARTITION, "L", 1))  # 40 s after: looser than the 30 s limit
+    assert not clocks.interval(5, 50_000).measured
 
 
 def test_a_claim_before_its_record_waits_for_it():
