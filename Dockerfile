@@ -24,6 +24,7 @@ COPY pyproject.toml README.md ./
 COPY detectors ./detectors
 COPY producers ./producers
 COPY streaming ./streaming
+COPY webhooks ./webhooks
 COPY fencewatch ./fencewatch
 RUN pip install . \
     && fencewatch --help > /dev/null \
@@ -33,6 +34,7 @@ RUN pip install . \
 # on (a fresh volume takes the ownership of the directory it is mounted on).
 RUN useradd --create-home --uid 10001 --user-group fencewatch \
     && mkdir -p /var/lib/fencewatch/checkpoint /var/lib/fencewatch/outbox /var/lib/fencewatch/truth \
+       /var/lib/fencewatch/ship \
        /etc/fencewatch \
     && chown -R fencewatch:fencewatch /var/lib/fencewatch
 USER fencewatch

@@ -673,6 +673,64 @@ def webhook_row() -> list[tuple[dict[str, Any], int, int]]:
     ]
 
 
+def probe_row() -> list[tuple[dict[str, Any], int, int]]:
+    deviations = f"fencewatch_probe_deviations_total{{{CLUSTER}}}"
+    last_success = f"fencewatch_probe_last_success_timestamp_seconds{{{CLUSTER}}}"
+    return [
+        (
+            timeseries(
+                "Probe deviations",
+                "Deviations from Apache Kafka's fencing answers that fencewatch probe (or run "
+                "--probe-interval) confirmed, by rule (docs/rules.md, Probe rules): a broker served a read "
+                "at a stale or future currentLeaderEpoch, as a follower, or of a partition that does not "
+                "exist, or answered another fencing error. Anything above 0 needs a look.",
+                [
+                    target(
+                        f"sum by (cluster, rule) (increase({deviations}{RATE}))",
+                        "{{cluster}} {{rule}}",
+                    )
+                ],
+                bars=True,
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                "Probe requests by outcome",
+                "Probe requests per second by API and outcome: conforming, deviating, other_error (an "
+                "answer that is no fencing answer), failed (no answer), unsupported (an API the broker "
+                "does not take with currentLeaderEpoch, never sent).",
+                [
+                    target(
+                        f"sum by (api, outcome) (rate(fencewatch_probe_requests_total{{{CLUSTER}}}{RATE}))",
+                        "{{api}} {{outcome}}",
+                    )
+                ],
+                unit="suffix: /s",
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                "Since the last complete probe round",
+                "Seconds since a probe round last got an answer to every request. It grows while brokers "
+                "time out or refuse the probe; FencewatchProbeFailing fires past 15 minutes.",
+                [
+                    target(
+                        f"time() - max by (cluster) ({last_success})",
+                        "{{cluster}}",
+                    )
+                ],
+                unit="s",
+            ),
+            8,
+            8,
+        ),
+    ]
+
+
 def overview() -> dict[str, Any]:
     panels = layout(
         [
@@ -681,6 +739,7 @@ def overview() -> dict[str, Any]:
             (row("Input"), input_row()),
             (row("Streaming job"), job_row()),
             (row("Webhook delivery"), webhook_row()),
+            (row("Fencing probe"), probe_row()),
         ]
     )
     return {

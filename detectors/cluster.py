@@ -77,7 +77,6 @@ class ClusterState:
         self.out: list[Alert] = []
         self._emitted: OrderedDict[str, None] = OrderedDict()
 
-
     def describe(self, key: PartitionKey) -> str:
         """``topic-partition`` with the topic's name where the view knows it."""
         name = self.view.topic_name(key[0]) or key[0].removeprefix("name:")

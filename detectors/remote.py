@@ -1,9 +1,18 @@
 """Tiered-storage remote log segments as their metadata reports them (KIP-405
 records, plus KIP-1272's per-leader-epoch cleaner offsets).
 
-fencewatch reads the cleaner-offset map from ``cleanerOffsets``: a list of
-``{"leaderEpoch": E, "offset": O}`` entries on RemoteLogSegmentMetadataRecord,
-shaped like Kafka's ``segmentLeaderEpochs``. The proposal names no field."""
+What a segment says about its leader's lineage comes from what released Kafka
+writes (RemoteLogSegmentMetadata): ``segmentLeaderEpochs`` maps each leader
+epoch in the segment to the offset it starts at there, and ``endOffset`` is the
+segment's last offset, so epoch E in a segment holds the offsets from its start
+to the next epoch's start - 1, or to ``endOffset`` for the last. The leader
+epoch cache (LeaderEpochFileCache) keeps epochs ordered by start offset, so an
+epoch E' starting at S means every epoch before E' ended before S.
+
+fencewatch reads the proposal's cleaner-offset map from ``cleanerOffsets``: a
+list of ``{"leaderEpoch": E, "offset": O}`` entries on
+RemoteLogSegmentMetadataRecord, shaped like ``segmentLeaderEpochs``. The
+proposal names no field; released Kafka writes none."""
 
 from __future__ import annotations
 
@@ -55,6 +64,9 @@ class Segment:
     finished: Envelope | None = None
     delete_request: tuple[int, Envelope] | None = None
     zombie: bool = False
+    # leader epoch -> (its first offset, its last offset) in this segment: the
+    # range the segment claims the epoch's leader wrote (segmentLeaderEpochs, endOffset)
+    epochs: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @fast_pickle
@@ -67,6 +79,7 @@ class SegmentEvent:
     broker_id: int
     state: int
     cleaner: dict[int, int] | None  # only on the segment record
+    epochs: dict[int, tuple[int, int]] | None = None  # only on the segment record (Segment.epochs)
 
 
 @fast_pickle
@@ -88,6 +101,9 @@ class PartitionSegments:
     # leader epoch -> the end offset a later epoch's accepted segment established for it
     established_end: dict[int, tuple[int, Evidence]] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)  # ids of tracked segments that finished copying
+    # leader epoch -> the lowest offset an accepted segment starts it at: every
+    # earlier epoch ended before it (segmentLeaderEpochs of accepted segments)
+    epoch_starts: dict[int, tuple[int, Evidence]] = field(default_factory=dict)
     # Segment id -> segment, while tracked. Kafka's RemoteLogSegmentId is the pair
     # (topicIdPartition, id), so a segment is found under its partition.
     segments: dict[str, Segment] = field(default_factory=dict)
@@ -153,10 +169,35 @@ def parse_event(body: dict[str, Any]) -> SegmentEvent | PartitionDeleteEvent:
     segment_id = get_str(ident, "id", "data.remoteLogSegmentId")
     assert topic_id is not None and segment_id is not None
     state = _state(data.get("remoteLogSegmentState"), "data.remoteLogSegmentState")
-    cleaner = None
+    cleaner = epochs = None
     if record_type == SEGMENT_RECORD:
         cleaner = {
             get_int(e, "leaderEpoch", p): get_int(e, "offset", p, bounds=INT64)
             for p, e in objects(get_list(data, "cleanerOffsets", "data", default=[]), "data.cleanerOffsets")
         }
-    return SegmentEvent(segment_id, (topic_id, partition), get_int(data, "brokerId", "data"), state, cleaner)
+        epochs = _epoch_ranges(data)
+    return SegmentEvent(
+        segment_id, (topic_id, partition), get_int(data, "brokerId", "data"), state, cleaner, epochs
+    )
+
+
+def _epoch_ranges(data: dict[str, Any]) -> dict[int, tuple[int, int]]:
+    """Each leader epoch of a segment record with the offsets it holds there:
+    from its start to the next epoch's start - 1, the last to ``endOffset``
+    (RemoteLogSegmentMetadata.segmentLeaderEpochs, a map ordered by epoch).
+    An epoch whose successor starts at the same offset holds none."""
+    starts = sorted(
+        (get_int(e, "leaderEpoch", p), get_int(e, "offset", p, bounds=INT64))
+        for p, e in objects(
+            get_list(data, "segmentLeaderEpochs", "data", default=[]), "data.segmentLeaderEpochs"
+        )
+    )
+    if not starts:
+        return {}
+    end = get_int(data, "endOffset", "data", bounds=INT64)
+    ranges: dict[int, tuple[int, int]] = {}
+    for (epoch, start), following in zip(starts, [*starts[1:], None], strict=True):
+        last = end if following is None else following[1] - 1
+        if last >= start:
+            ranges[epoch] = (start, last)
+    return ranges

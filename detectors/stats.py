@@ -31,6 +31,7 @@ class UnverifiedReason(StrEnum):
     TOPIC_REMOVAL_NOT_SEEN = "topic removal for a topic not seen"
     PARTITION_CHANGE_BEFORE_RECORD = "partition change before its partition record"
     PARTITION_BEFORE_TOPIC = "partition record before its topic record"
+    BROKER_REGISTRATION_NOT_SEEN = "broker registration not seen"
     TOO_LATE = "too late: its grace window had closed when it arrived"
     CLOCK_UNCERTAIN = "clock uncertain"
 
@@ -74,6 +75,12 @@ UNVERIFIED_EXPLANATIONS: dict[UnverifiedReason, str] = {
     ),
     UnverifiedReason.PARTITION_BEFORE_TOPIC: (
         f"a partition's record came before its topic's: {_FROM_THE_START}"
+    ),
+    UnverifiedReason.BROKER_REGISTRATION_NOT_SEEN: (
+        "the view started mid-log without a snapshot, after the broker's registration: its epoch and "
+        "fencing before the first record the view saw of it are unknown. Start the view from the "
+        "newest snapshot (`fencewatch ship metadata-log DIR`, or a dump of the `.checkpoint` "
+        "before the segments)"
     ),
     UnverifiedReason.CLOCK_UNCERTAIN: (
         "the node's clock offset to the metadata log's is known only within an interval wider than "

@@ -21,6 +21,12 @@ NO_LEADER_CHANGE = -2
 # MetadataVersion 3.6-IV0 (feature level 12) stopped bumping the leader epoch
 # when the controller shrinks the ISR (KAFKA-15021).
 MV_3_6_IV0 = 12
+# The highest offset a log read from its beginning can start at: offset 0 holds
+# the first leader's LeaderChange control record (KafkaRaftClient appends one on
+# becoming leader), offset 1 the first metadata record after it (the bootstrap
+# records of ActivationRecordsGenerator). A view whose first record is further
+# on started mid-log; a snapshot's records carry no offset and state everything.
+LOG_START_MAX_OFFSET = 1
 
 PartitionKey = tuple[str, int]  # (topic id, or "name:<topic>" where no id exists; index)
 NULL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's zero UUID: "no topic id" in requests
@@ -106,6 +112,19 @@ class ClusterView:
         self.partitions = partitions if partitions is not None else {}
         self.metadata_version: int | None = None
         self._deletions: deque[tuple[int, str]] = deque()
+        # None until the first record is applied; True if that record was past
+        # the log's start without a snapshot before it.
+        self.started_mid_log: bool | None = None
+        # broker -> when the view first heard of it (kept only for a view started
+        # mid-log): its state before then is unknown, not absent.
+        self.brokers_seen_ms: dict[int, int] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A view pickled before mid-log starts were recognised judged as one
+        read from the start: it keeps doing so."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("started_mid_log", False)
+        self.__dict__.setdefault("brokers_seen_ms", {})
 
     # ---- lookups used by the rules -------------------------------------------------
 
@@ -116,6 +135,16 @@ class ClusterView:
     def broker_window(self, broker_id: int, lo_ms: int, hi_ms: int) -> list[BrokerState]:
         history = self.brokers.get(broker_id)
         return history.window(lo_ms, hi_ms) if history else []
+
+    def broker_unseen_at(self, broker_id: int, ts_ms: int) -> bool:
+        """Whether the broker's state at ``ts_ms`` is unknown because the view
+        started mid-log after it: its registration there was not seen, and a
+        state first heard of later (a re-registration, a change record) says
+        nothing about the time before it."""
+        if not self.started_mid_log:
+            return False
+        seen_ms = self.brokers_seen_ms.get(broker_id)
+        return seen_ms is None or ts_ms < seen_ms
 
     def resolve_topic(self, name: str | None, topic_id: str | None, ts_ms: int | None = None) -> str | None:
         """The key under which a topic's partitions are kept, or None if unknown.
@@ -157,6 +186,8 @@ class ClusterView:
         data = body.get("data")
         if not isinstance(data, dict):
             raise BadRecord("body.data must be an object", DeadLetterClass.WRONG_TYPE)
+        if self.started_mid_log is None:
+            self.started_mid_log = env.offset is not None and env.offset > LOG_START_MAX_OFFSET
         handler = _HANDLERS.get(record_type or "")
         if handler is None:
             # Kafka has dozens of record types (configs, ACLs, ...) that carry no fencing state.
@@ -168,6 +199,8 @@ class ClusterView:
         history = self.brokers.get(broker_id)
         if history is None:
             self.brokers[broker_id] = History(ts_ms, state)
+            if self.started_mid_log:
+                self.brokers_seen_ms[broker_id] = ts_ms
         else:
             history.prune(ts_ms - self.retention_ms)
             history.append(ts_ms, state)

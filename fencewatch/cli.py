@@ -23,6 +23,7 @@ COMMANDS = {
     "run": "fencewatch.run",
     "demo": "fencewatch.demo",
     "ship": "fencewatch.ship",
+    "probe": "fencewatch.probe",
     "receive-webhooks": "fencewatch.receive_webhooks",
     "webhooks": "fencewatch.webhooks",
 }

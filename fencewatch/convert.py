@@ -2,6 +2,8 @@
 
     fencewatch convert request-log --node 1 kafka-request.log > events.jsonl
     kafka-dump-log.sh --cluster-metadata-decoder --files 0.log | fencewatch convert metadata-dump -
+    fencewatch convert metadata-log --cluster prod-eu-1 00000000000000012345-0000000003.checkpoint \\
+        00000000000000012345.log
     fencewatch convert quorum-state --node 1 /var/lib/kafka/__cluster_metadata-0/quorum-state
     kafka-console-consumer.sh --topic __remote_log_metadata --formatter ... \\
         | fencewatch convert remote-log-metadata -
@@ -50,6 +52,7 @@ REQUEST_LOG = "request-log"
 METADATA_DUMP = "metadata-dump"
 QUORUM_STATE = "quorum-state"
 REMOTE_LOG_METADATA = "remote-log-metadata"
+METADATA_LOG = "metadata-log"  # binary files: fencewatch.convert_metadata_log
 Stats = RequestLogStats | MetadataDumpStats | QuorumStateStats | RemoteLogMetadataStats
 # What each format counts (every input line or file is accounted for in its summary).
 _STATS: dict[str, type[Stats]] = {
@@ -76,6 +79,8 @@ _FORMAT_HELP = {
     QUORUM_STATE: "convert a controller's __cluster_metadata-0/quorum-state file to one envelope per file",
     REMOTE_LOG_METADATA: "convert __remote_log_metadata as kafka-console-consumer.sh prints it with "
     "RemoteLogMetadataSerde$RemoteLogMetadataFormatter to envelope JSONL",
+    METADATA_LOG: "convert __cluster_metadata-0 segment (.log) and snapshot (.checkpoint) files, read "
+    "natively, to the envelopes metadata-dump gives for the same records",
 }
 
 
@@ -83,12 +88,13 @@ def add_parser(subparsers: Any) -> None:
     """Register ``convert`` on the ``fencewatch`` command line."""
     parser = subparsers.add_parser(
         "convert",
-        help="convert Kafka's own logs and files (request log, metadata dump, quorum state, remote log "
-        "metadata) to envelope JSONL",
+        help="convert Kafka's own logs and files (request log, metadata dump or log files, quorum state, "
+        "remote log metadata) to envelope JSONL",
         description=(
             "Convert native Kafka logs to fencewatch envelope JSONL on stdout. "
             "request-log: kafka-request.log (logger kafka.request.logger at DEBUG). "
             "metadata-dump: output of kafka-dump-log.sh --cluster-metadata-decoder. "
+            "metadata-log: the __cluster_metadata-0 segment and snapshot files themselves. "
             "quorum-state: a controller's __cluster_metadata-0/quorum-state file, one envelope per file. "
             "remote-log-metadata: __remote_log_metadata as kafka-console-consumer.sh prints it with "
             "--formatter 'org.apache.kafka.server.log.remote.metadata.storage.serialization."
@@ -101,7 +107,9 @@ def add_parser(subparsers: Any) -> None:
     # One sub-command per format, so `convert FORMAT --help` shows that format's help;
     # all share the options below, and args.format names the format as before.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' is stdin")
+    common.add_argument(
+        "files", nargs="+", metavar="FILE", help="input files; '-' is stdin (not for metadata-log)"
+    )
     common.add_argument(
         "--cluster", default="default", help="cluster name for the envelopes (default: default)"
     )
@@ -170,6 +178,11 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"{prog}: error: {problem}", file=sys.stderr)
         return 2
+    if args.format == METADATA_LOG:
+        # Imported here: only this format needs kafka-python.
+        from fencewatch.convert_metadata_log import run as run_metadata_log
+
+        return run_metadata_log(args)
     input_files(prog, args.files)
     output_file(prog, args.dead_letter, "--dead-letter")
     with ExitStack() as stack:
@@ -262,9 +275,8 @@ def wrong_kind(
     head = f"{shown} looks like {kind.value}, not {wanted.value}"
     if kind is FileKind.BINARY:
         return (
-            f"{head}: fencewatch reads text; a metadata log segment is printed as text by "
-            f"`kafka-dump-log.sh --cluster-metadata-decoder --files {shlex.quote(name)}`, "
-            f"which pipes into `fencewatch convert metadata-dump --cluster {cluster} -`"
+            f"{head}: fencewatch reads text here; a metadata log segment or snapshot is read by "
+            f"`fencewatch convert metadata-log --cluster {cluster} {shlex.quote(name)}`"
         )
     # A request log may open with other loggers' lines (the broker starting):
     # read as one, it gives its entries or says that it has none.

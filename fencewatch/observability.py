@@ -18,7 +18,7 @@ from fencewatch.options import fail, input_file, output_file
 
 if TYPE_CHECKING:
     from streaming.metrics import Metrics
-    from streaming.webhooks import Dispatcher
+    from webhooks import Dispatcher
 
 DEFAULT_METRICS_PORT = 9464  # the port registered for OpenTelemetry/Prometheus exporters
 
@@ -85,15 +85,18 @@ def outbox_path(args: argparse.Namespace, checkpoint: str) -> str:
 
 
 @contextmanager
-def observability(args: argparse.Namespace, checkpoint: str, prog: str) -> Iterator[Observability]:
-    """Metrics served and webhooks delivering for the life of the job."""
+def observability(
+    args: argparse.Namespace, checkpoint: str, prog: str, *, job: bool = True
+) -> Iterator[Observability]:
+    """Metrics served and webhooks delivering for the life of the job (``job`` False:
+    of ``fencewatch probe`` alone, without the job's series)."""
     from prometheus_client import CollectorRegistry
 
     from streaming.metrics import Metrics, serve
-    from streaming.webhooks import Dispatcher, WebhookConfigError, load_endpoints
-    from streaming.webhooks.outbox import OutboxError
+    from webhooks import Dispatcher, WebhookConfigError, load_endpoints
+    from webhooks.outbox import OutboxError
 
-    metrics = Metrics(CollectorRegistry())
+    metrics = Metrics(CollectorRegistry(), job=job)
     metrics.build.info({"version": version("fencewatch")})
     if args.metrics_port >= 0:
         try:

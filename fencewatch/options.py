@@ -163,9 +163,9 @@ def add_record_limit_option(parser: argparse.ArgumentParser) -> None:
         type=_record_bytes,
         default=env_default(MAX_RECORD_BYTES_ENV, DEFAULT_MAX_RECORD_BYTES, "bytes", minimum=1),
         metavar="BYTES",
-        help="the largest line or request-log entry read; a larger one becomes a too_large dead "
-        f"letter and is skipped without being held in memory (env {MAX_RECORD_BYTES_ENV}; "
-        "default %(default)s)",
+        help="the largest line, request-log entry or metadata-log record batch read; a larger one "
+        "becomes a too_large dead letter and is skipped without being held in memory "
+        f"(env {MAX_RECORD_BYTES_ENV}; default %(default)s)",
     )
 
 

@@ -10,7 +10,7 @@ takes anything in those formats, which is what Alertmanager's own unsigned
 notifications need. Answers a repeated ``X-Fencewatch-Alert-Id`` with 200 but
 records it once. Connections, body size and time are bounded (``--max-*``,
 ``--*-timeout-seconds``). Writes one JSON line per accepted request (see
-:mod:`streaming.webhooks.receiver`) to ``--output`` or stdout, until
+:mod:`webhooks.receiver`) to ``--output`` or stdout, until
 SIGTERM/SIGINT.
 
 Exit codes: 0 stopped by a signal; 1 the port, output or secret file cannot be
@@ -113,8 +113,8 @@ def _above_zero(kind: Callable[[str], float]) -> Callable[[str], Any]:
 def run(args: argparse.Namespace) -> int:
     input_file("fencewatch receive-webhooks", args.secret_file, "--secret-file")
     output_file("fencewatch receive-webhooks", args.output, "--output")
-    from streaming.webhooks.http_server import ServerLimits
-    from streaming.webhooks.receiver import WebhookReceiver
+    from webhooks.http_server import ServerLimits
+    from webhooks.receiver import WebhookReceiver
 
     if args.secret_file:
         try:

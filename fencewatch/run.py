@@ -19,6 +19,7 @@ from fencewatch.options import (
     fail,
     output_dir,
 )
+from fencewatch.probe import add_run_options, beside_job
 from streaming.bucket_layout import DEFAULT_BUCKETS
 
 
@@ -117,6 +118,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="do not print alerts on stdout")
     add_observability_options(p)
     add_detector_options(p)
+    add_run_options(p)
     p.set_defaults(run=run)
 
 
@@ -187,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
         # Kafka's problems in one line now, not as a query failure after Spark's start.
         check_kafka(prog, args.bootstrap_servers, options.kafka_config, args.topic)
         obs = stack.enter_context(observability(args, args.checkpoint, prog))
+        console = None if args.quiet else sys.stdout
+        stack.enter_context(beside_job(args, options.kafka_config, obs.metrics, obs.webhooks, console))
         log_file = None if args.verbose else spark_log_path(args.checkpoint, prog)
         spark = start_spark(
             prog,

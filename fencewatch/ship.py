@@ -6,13 +6,20 @@
         --cluster prod-eu-1 dump-0.txt dump-1.txt
     fencewatch ship quorum-state --bootstrap-servers kafka:9092 --topic fencewatch-events \\
         --cluster prod-eu-1 --node 3000 /var/lib/kafka/__cluster_metadata-0
+    fencewatch ship metadata-log --bootstrap-servers kafka:9092 --topic fencewatch-events \\
+        --cluster prod-eu-1 /var/lib/kafka/__cluster_metadata-0
 
-``request-log`` follows the file like ``tail -F`` (rotation by rename and by
-copytruncate survive, see :mod:`producers.tail`) until SIGTERM/SIGINT, or with
-``--once`` reads to the current end and exits. ``metadata-dump`` publishes its
-files once and exits. ``quorum-state`` watches a controller's quorum-state file
-(see :class:`QuorumStateShipper`) until SIGTERM/SIGINT, or with ``--once``
-publishes the current state and exits.
+This module parses the command line and wires each format's shipper, which
+lives with the other producers. ``request-log`` follows the file like
+``tail -F`` (rotation by rename and by copytruncate survive, see
+:mod:`producers.tail`; :mod:`producers.request_log_shipper` publishes) until
+SIGTERM/SIGINT, or with ``--once`` reads to the current end and exits.
+``metadata-dump`` and ``remote-log-metadata`` publish their files once and exit
+(:mod:`producers.dump_shipper`). ``quorum-state`` watches a controller's
+quorum-state file (:mod:`producers.quorum_state_shipper`) until SIGTERM/SIGINT,
+or with ``--once`` publishes the current state and exits. ``metadata-log``
+follows a live ``__cluster_metadata-0`` directory (wired in
+:mod:`fencewatch.ship_metadata_log`, shipped by :mod:`producers.metadata_log_shipper`).
 
 Records are keyed by ``--cluster``; values are envelope JSON. Dead letters go to
 ``--dead-letter-topic`` when given, else to stderr as JSON lines.
@@ -41,49 +48,39 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import signal
 import sys
-import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from detectors.engine import wall_clock_ms
-from detectors.envelope import DeadLetter, Envelope
-from detectors.lines import DEFAULT_MAX_RECORD_BYTES
 from detectors.parse_metadata_dump import MetadataDumpStats
 from detectors.parse_quorum_state import FILE_NAME as QUORUM_STATE_FILE_NAME
-from detectors.parse_quorum_state import QuorumStateStats, parse_quorum_state
 from detectors.parse_remote_log_metadata import RemoteLogMetadataStats
-from detectors.parse_request_log import RequestLogStats, iter_request_log
 from fencewatch.convert import open_input, parse_input
 from fencewatch.options import add_record_limit_option, input_file, input_files, output_file
+from producers.dump_shipper import METADATA_DUMP, REMOTE_LOG_METADATA, DumpShipper
 from producers.kafka_publisher import (
     SASL_PASSWORD_ENV,
     DeliveryError,
     KafkaPublisher,
     parse_config_pairs,
 )
-from producers.tail import FileFollower, FilePosition, Segment, StateError, StateFile, StopFollowing
+from producers.quorum_state_shipper import FORMAT as QUORUM_STATE
+from producers.quorum_state_shipper import QuorumStateShipper, quorum_state_path
+from producers.request_log_shipper import FORMAT as REQUEST_LOG
+from producers.request_log_shipper import RequestLogShipper
+from producers.tail import FileFollower, StateError, StateFile
 
-REQUEST_LOG = "request-log"
-METADATA_DUMP = "metadata-dump"
-QUORUM_STATE = "quorum-state"
-REMOTE_LOG_METADATA = "remote-log-metadata"
+METADATA_LOG = "metadata-log"  # fencewatch.ship_metadata_log
 STATE_SUFFIX = ".fencewatch-offset"
 BOOTSTRAP_ENV = "FENCEWATCH_BOOTSTRAP_SERVERS"
 TOPIC_ENV = "FENCEWATCH_TOPIC"
 DEAD_LETTER_TOPIC_ENV = "FENCEWATCH_DEAD_LETTER_TOPIC"
 _MAX_NODE_ID = 2147483647
 _MAX_CLUSTER_CHARS = 249
-# How often the resume position is saved while records stream (it is also saved
-# whenever the follower finds no new data, and at exit).
-CHECKPOINT_INTERVAL_SECONDS = 1.0
 
 
 def _say(message: str) -> None:
@@ -154,10 +151,11 @@ def add_parser(subparsers: Any) -> None:
     """Register ``ship`` on the ``fencewatch`` command line."""
     parser = subparsers.add_parser(
         "ship",
-        help="publish Kafka's request log, metadata dump or quorum state as envelopes to a topic",
+        help="publish Kafka's request log, metadata dump or log, or quorum state as envelopes to a topic",
         description="Publish native Kafka logs as fencewatch envelopes to a Kafka topic, keyed by "
         "cluster. request-log follows a live kafka-request.log like tail -F; metadata-dump "
-        "publishes kafka-dump-log.sh --cluster-metadata-decoder output once; quorum-state watches "
+        "publishes kafka-dump-log.sh --cluster-metadata-decoder output once; metadata-log follows a live "
+        "__cluster_metadata-0 directory; quorum-state watches "
         "a controller's quorum-state file and publishes each new state.",
         epilog="Exit codes: 0 done, 1 a file cannot be used or records could not be delivered, "
         "2 usage error.",
@@ -260,6 +258,36 @@ def add_parser(subparsers: Any) -> None:
         metavar="PATH",
         help=f"the {QUORUM_STATE_FILE_NAME} file, or the __cluster_metadata-0 directory holding it",
     )
+    live = formats.add_parser(
+        METADATA_LOG,
+        help="follow a live __cluster_metadata-0 directory from its newest snapshot, each record once",
+        description="Follow the __cluster_metadata-0 directory of any broker or controller: start "
+        "from the newest snapshot and the segments after it (or from the position in the state file), "
+        "publish each record once with its log offset, follow the active segment as Kafka appends to "
+        "it, roll to new segments, and take a newer snapshot when the segments before it were deleted. "
+        "The position is saved only after the records before it were delivered.",
+        epilog="Exit codes: 0 done (stopped by SIGTERM/SIGINT or --once), 1 the directory or state file "
+        "cannot be used or records could not be delivered, 2 usage error.",
+    )
+    _add_common(live)
+    live.add_argument("--node", type=int, help="id of the broker/controller whose directory it is (optional)")
+    live.add_argument(
+        "--state-file",
+        metavar="PATH",
+        help=f"where to keep the shipped position (default DIR{STATE_SUFFIX}, beside the directory; "
+        f"a directory: <dir>/<DIR name>{STATE_SUFFIX})",
+    )
+    live.add_argument(
+        "--once", action="store_true", help="read what is there now and exit instead of following"
+    )
+    live.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.1,
+        metavar="SECONDS",
+        help="how often to look for appended batches and new segments (default %(default)s)",
+    )
+    live.add_argument("directory", metavar="DIR", help="the __cluster_metadata-0 directory to follow")
     parser.set_defaults(run=run)
 
 
@@ -301,7 +329,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"--node must be a node id between 0 and {_MAX_NODE_ID}, got {node}"
     if args.flush_timeout <= 0 or args.status_interval < 0:
         return "--flush-timeout must be positive and --status-interval non-negative"
-    if args.format in (REQUEST_LOG, QUORUM_STATE) and args.poll_interval <= 0:
+    if args.format in (REQUEST_LOG, QUORUM_STATE, METADATA_LOG) and args.poll_interval <= 0:
         return "--poll-interval must be positive"
     if args.format == REQUEST_LOG:
         try:
@@ -328,6 +356,11 @@ def run(args: argparse.Namespace) -> int:
         return _run_request_log(args, publisher, prog)
     if args.format == QUORUM_STATE:
         return _run_quorum_state(args, publisher, prog)
+    if args.format == METADATA_LOG:
+        # Imported here: only this format needs kafka-python.
+        from fencewatch.ship_metadata_log import run as run_metadata_log
+
+        return run_metadata_log(args, publisher, prog)
     return _run_stream(args, publisher, prog)
 
 
@@ -382,6 +415,7 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
         tz=args.tz,
         status_interval_seconds=args.status_interval,
         flush_timeout_seconds=args.flush_timeout,
+        status=_say,
         max_record_bytes=args.max_record_bytes,
     )
     follower = FileFollower(
@@ -450,166 +484,17 @@ def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
             signal.signal(signum, old)
 
 
-class RequestLogShipper:
-    """Parses the follower's lines into envelopes, publishes them, and saves the
-    resume position once everything before it was delivered.
-
-    Each position is queued with the number of records produced before it;
-    it is saved when the publisher confirms all of them (``confirmed_below``).
-    """
-
-    def __init__(
-        self,
-        publisher: KafkaPublisher,
-        state: StateFile,
-        *,
-        cluster: str,
-        node: int,
-        tz: str = "UTC",
-        status_interval_seconds: float = 30.0,
-        checkpoint_interval_seconds: float = CHECKPOINT_INTERVAL_SECONDS,
-        flush_timeout_seconds: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        status: Callable[[str], None] = _say,
-        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-    ) -> None:
-        self.publisher = publisher
-        self.state = state
-        self.cluster = cluster
-        self.node = node
-        self.tz = tz
-        self.status_interval_seconds = status_interval_seconds
-        self.checkpoint_interval_seconds = checkpoint_interval_seconds
-        self.flush_timeout_seconds = flush_timeout_seconds
-        self.max_record_bytes = max_record_bytes
-        self._clock = clock
-        self._status = status
-        self._checkpoints: deque[tuple[int, FilePosition]] = deque()
-        self._confirmed: FilePosition | None = None
-        self._saved: FilePosition | None = None
-        self._segment: Segment | None = None
-        self._stats = RequestLogStats()
-        self._follower: FileFollower | None = None
-        self._last_save = self._last_status = clock()
-
-    def run(self, follower: FileFollower) -> None:
-        """Ship until the follower stops; flush and save. Raises DeliveryError."""
-        self._follower = follower
-        try:
-            for segment in follower.segments():
-                self._segment, self._stats = segment, RequestLogStats()
-                items = iter_request_log(
-                    segment.lines(),
-                    source=segment.path,
-                    cluster=self.cluster,
-                    node=self.node,
-                    tz=self.tz,
-                    stats=self._stats,
-                    max_record_bytes=self.max_record_bytes,
-                )
-                for item in items:
-                    if isinstance(item, Envelope):
-                        self.publisher.publish(item)
-                    else:
-                        self._dead_letter(segment, item)
-                    self._mark()
-                    self._tick()
-                self._mark()
-        except StopFollowing:
-            pass
-        finally:
-            self._finish()
-
-    def _finish(self) -> None:
-        try:
-            self._mark()
-            self.publisher.flush(self.flush_timeout_seconds)
-        finally:
-            self._save_confirmed()
-            if self._segment is not None:
-                self._segment.close()
-
-    def _dead_letter(self, segment: Segment, letter: DeadLetter) -> None:
-        # The parser counts lines from where this run started reading; the file's
-        # own line number is what helps whoever looks at the dead letter.
-        source, _, line = letter.position.rpartition(":")
-        if source == segment.path and line.isdigit():
-            letter = dataclasses.replace(letter, position=f"{segment.path}:{segment.first_line + int(line)}")
-        self.publisher.dead_letter(
-            letter,
-            {"format": REQUEST_LOG, "cluster": self.cluster, "node": self.node, "file": segment.path},
-            key=self.cluster,
-        )
-
-    def _mark(self) -> None:
-        """Queue the current position: after every line the parser has finished with."""
-        if self._segment is None:
-            return
-        consumed = self._stats.finished_lines
-        position = self._segment.position_after(consumed)
-        bound = self.publisher.stats.produced
-        if self._checkpoints and self._checkpoints[-1][0] == bound:
-            self._checkpoints[-1] = (bound, position)
-        elif self._confirmed != position:
-            self._checkpoints.append((bound, position))
-
-    def _save_confirmed(self) -> None:
-        confirmed_below = self.publisher.confirmed_below
-        while self._checkpoints and self._checkpoints[0][0] <= confirmed_below:
-            self._confirmed = self._checkpoints.popleft()[1]
-        if self._confirmed is not None and self._confirmed != self._saved:
-            self.state.save(self._confirmed)
-            self._saved = self._confirmed
-        self._last_save = self._clock()
-
-    def _tick(self) -> None:
-        now = self._clock()
-        if now - self._last_save >= self.checkpoint_interval_seconds:
-            self._save_confirmed()
-        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
-            self._last_status = now
-            self._status(self.summary())
-        if self.publisher.stats.failed and self._follower is not None:
-            self._follower.stop()  # stop reading; the exit flush reports the failures
-
-    def on_idle(self) -> None:
-        """The follower found no new data: serve delivery reports, save, report."""
-        self.publisher.poll(0)
-        self._mark()
-        self._save_confirmed()
-        self._tick()
-
-    def lag_bytes(self) -> int:
-        """Bytes of the current file not yet confirmed delivered (approximate)."""
-        segment = self._segment
-        if segment is None:
-            return 0
-        confirmed = self._confirmed
-        same_file = confirmed is not None and (confirmed.dev, confirmed.ino) == (segment.dev, segment.ino)
-        done = confirmed.offset if same_file and confirmed is not None else segment.start_offset
-        return max(0, segment.size() - done)
-
-    def summary(self) -> str:
-        s = self.publisher.stats
-        return (
-            f"{s.envelopes} records shipped, {s.dead_letters} dead letters "
-            f"({s.delivered} delivered, {s.in_flight} in flight, {s.failed} failed), "
-            f"lag {self.lag_bytes()} bytes"
-        )
-
-
 # -- metadata-dump, remote-log-metadata --------------------------------------------
 
 
 def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
-    """Publish dump-like inputs (metadata-dump, remote-log-metadata) to their end.
-    A pipe is followed for as long as its writer runs, so
-    ``kafka-console-consumer.sh ... | fencewatch ship remote-log-metadata -``
-    ships the topic as it grows."""
+    """Publish dump-like inputs (metadata-dump, remote-log-metadata) to their end
+    (:class:`producers.dump_shipper.DumpShipper`)."""
     input_files(prog, args.files)
     stats: MetadataDumpStats | RemoteLogMetadataStats = (
         MetadataDumpStats() if args.format == METADATA_DUMP else RemoteLogMetadataStats()
     )
+    node = getattr(args, "node", None)  # remote-log-metadata has none
     with ExitStack() as stack:
         try:
             inputs = [(name, open_input(name, stack)) for name in args.files]
@@ -621,15 +506,17 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
             return 1
         if not open_publisher(publisher, prog):
             return 1
-        stopped = threading.Event()
-        with _stop_on_signals(stopped.set):
+        shipper = DumpShipper(
+            publisher,
+            input_format=args.format,
+            cluster=args.cluster,
+            node=node,
+            flush_timeout_seconds=args.flush_timeout,
+        )
+        with _stop_on_signals(shipper.stop):
             try:
                 for name, stream in inputs:
                     source = "stdin" if name == "-" else name
-                    origin = {"format": args.format, "cluster": args.cluster, "file": source}
-                    node = getattr(args, "node", None)  # remote-log-metadata has none
-                    if args.format == METADATA_DUMP:
-                        origin["node"] = node
                     items = parse_input(
                         stream,
                         stats,
@@ -638,14 +525,8 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
                         node=node,
                         max_record_bytes=args.max_record_bytes,
                     )
-                    for item in items:
-                        if stopped.is_set():
-                            break
-                        if isinstance(item, Envelope):
-                            publisher.publish(item)
-                        else:
-                            publisher.dead_letter(item, origin, key=args.cluster)
-                publisher.flush(args.flush_timeout)
+                    shipper.ship(source, items)
+                shipper.flush()
             except DeliveryError as exc:
                 print(f"{prog}: {exc}", file=sys.stderr)
                 return 1
@@ -658,17 +539,12 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
     _say(
         f"{args.format}: {len(inputs)} file(s), {stats.lines} lines: {s.envelopes} records "
         f"shipped, {stats.dead_letters} dead letters ({s.delivered} delivered), {skipped}"
-        + ("; stopped early by a signal" if stopped.is_set() else "")
+        + ("; stopped early by a signal" if shipper.stopped else "")
     )
-    return 130 if stopped.is_set() else 0
+    return 130 if shipper.stopped else 0
 
 
 # -- quorum-state --------------------------------------------------------------------
-
-
-def quorum_state_path(path: str) -> str:
-    """The file to watch: ``path``, or the quorum-state file in it if it is a directory."""
-    return os.path.join(path, QUORUM_STATE_FILE_NAME) if os.path.isdir(path) else path
 
 
 def _run_quorum_state(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
@@ -689,6 +565,7 @@ def _run_quorum_state(args: argparse.Namespace, publisher: KafkaPublisher, prog:
         status_interval_seconds=args.status_interval,
         flush_timeout_seconds=args.flush_timeout,
         max_record_bytes=args.max_record_bytes,
+        status=_say,
     )
 
     def read_error(exc: Exception) -> str:
@@ -698,130 +575,3 @@ def _run_quorum_state(args: argparse.Namespace, publisher: KafkaPublisher, prog:
     return _ship_until_stopped(
         prog, lambda: shipper.run(once=args.once), shipper.stop, shipper.summary, read_error=read_error
     )
-
-
-class QuorumStateShipper:
-    """Publishes each new content of one controller's quorum-state file once.
-
-    Kafka's FileQuorumStateStore writes ``quorum-state.tmp`` and renames it over
-    the file, so a read by path always sees one whole state, old or new. The
-    file is therefore opened afresh on every poll: that follows the rename
-    without tracking inodes, and a file that is missing (not yet created, or
-    removed) is waited for. A content equal to the last one seen is not
-    published again; a content that comes back after another is (it is a new
-    observation). Each envelope's ``ts_ms`` is when the change was seen
-    (``clock_ms``): the file has no time. States replaced within one poll
-    interval are never seen, so what they said cannot be judged.
-
-    Nothing is saved between runs: a restart publishes the current state again,
-    stamped anew. The detector recognises such a repeat by its node and content
-    (``detectors.engine.Detector._first_delivery``) and counts it as a
-    duplicate, so a restart adds no fact and raises no alert.
-    """
-
-    def __init__(
-        self,
-        publisher: KafkaPublisher,
-        path: str,
-        *,
-        cluster: str,
-        node: int,
-        poll_interval_seconds: float = 0.1,
-        status_interval_seconds: float = 30.0,
-        flush_timeout_seconds: float = 30.0,
-        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-        clock_ms: Callable[[], int] = wall_clock_ms,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Any] | None = None,
-        status: Callable[[str], None] = _say,
-    ) -> None:
-        self.publisher = publisher
-        self.path = path
-        self.cluster = cluster
-        self.node = node
-        self.poll_interval_seconds = poll_interval_seconds
-        self.status_interval_seconds = status_interval_seconds
-        self.flush_timeout_seconds = flush_timeout_seconds
-        self.max_record_bytes = max_record_bytes
-        self.stats = QuorumStateStats()
-        self._clock_ms = clock_ms
-        self._clock = clock
-        self._sleep = sleep or publisher.poll  # serve delivery reports while waiting
-        self._status = status
-        self._stopped = threading.Event()
-        self._last: bytes | None = None
-        self._missing = False
-        self._last_status = clock()
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def run(self, *, once: bool = False) -> None:
-        """Poll until stopped (or once); flush. Raises DeliveryError and OSError."""
-        try:
-            while True:
-                self.check()
-                if once or self._stopped.is_set():
-                    break
-                self._tick()
-                self._sleep(self.poll_interval_seconds)
-                if self._stopped.is_set():
-                    break
-        finally:
-            self.publisher.flush(self.flush_timeout_seconds)
-
-    def check(self) -> bool:
-        """Read the file once; publish its content if it changed. True if it did."""
-        data = self._read()
-        if data is None or data == self._last:
-            return False
-        self._last = data
-        item = parse_quorum_state(
-            data,
-            source=self.path,
-            cluster=self.cluster,
-            node=self.node,
-            ts_ms=self._clock_ms(),
-            stats=self.stats,
-            max_record_bytes=self.max_record_bytes,
-        )
-        if isinstance(item, Envelope):
-            self.publisher.publish(item)
-        else:
-            origin = {"format": QUORUM_STATE, "cluster": self.cluster, "node": self.node, "file": self.path}
-            self.publisher.dead_letter(item, origin, key=self.cluster)
-        return True
-
-    def _read(self) -> bytes | None:
-        """The file's bytes (at most one over the limit), or None while it is missing."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(self.max_record_bytes + 1)
-        except FileNotFoundError:
-            if not self._missing:
-                self._missing = True
-                if self._last is None:
-                    self._status(f"waiting for {self.path}: it does not exist yet")
-                else:
-                    self._status(f"{self.path} was removed; waiting for it to come back")
-            return None
-        if self._missing:
-            self._missing = False
-            self._status(f"{self.path} appeared")
-        return data
-
-    def _tick(self) -> None:
-        now = self._clock()
-        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
-            self._last_status = now
-            self._status(self.summary())
-        if self.publisher.stats.failed:
-            self.stop()  # the exit flush reports the failures
-
-    def summary(self) -> str:
-        s = self.publisher.stats
-        return (
-            f"{QUORUM_STATE}: {self.stats.files} new state(s) seen: {s.envelopes} shipped, "
-            f"{s.dead_letters} dead letters ({s.delivered} delivered, {s.in_flight} in flight, "
-            f"{s.failed} failed)"
-        )

@@ -123,8 +123,8 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="render quorum states as quorum-state files and remote log metadata as "
         "kafka-console-consumer.sh formatter lines, and read them back with fencewatch's parsers, "
-        "as `fencewatch ship` does (REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is then not injected: "
-        "Kafka's forms carry no cleaner offsets)",
+        "as `fencewatch ship` does (Kafka's forms carry no cleaner offsets: zombie uploads are "
+        "then caught from segmentLeaderEpochs and endOffset)",
     )
     p.add_argument(
         "--native-dir",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 if TYPE_CHECKING:
-    from streaming.webhooks.outbox import Outbox, ParkedRow
+    from webhooks.outbox import Outbox, ParkedRow
 
 T = TypeVar("T")
 
@@ -87,7 +87,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _open(path: str) -> Outbox | None:
-    from streaming.webhooks.outbox import Outbox, OutboxError
+    from webhooks.outbox import Outbox, OutboxError
 
     try:
         return Outbox(path, create=False)

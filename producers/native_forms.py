@@ -14,8 +14,8 @@ traffic takes the path a real cluster's does (``fencewatch ship`` / ``convert``)
 What the native forms cannot carry, and so does not survive the round trip:
 
 * KIP-1272's ``cleanerOffsets``: no released Kafka writes or prints it, so the
-  segment line has no place for it and REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED
-  cannot be shown in native form (docs/operations.md);
+  segment line has no place for it; REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is
+  judged there from ``segmentLeaderEpochs`` and ``endOffset``, which it has;
 * the envelope's ``offset``: the parser gives none (see its docstring), so the
   detector (``detectors.engine``, ``ordered_log``) applies these records as
   they arrive rather than in ``__remote_log_metadata`` offset order, and knows

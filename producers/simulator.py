@@ -6,8 +6,8 @@ With ``native_forms`` its quorum states and remote log metadata take the path
 a real cluster's take: each is rendered as the quorum-state file or formatter
 line Kafka writes, and read back with fencewatch's parsers
 (producers.native_forms); the events are then what ``fencewatch ship``
-publishes. The native segment line has no cleaner offsets, so
-REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is not injected in that mode.
+publishes. The native segment line has no cleaner offsets; a zombie upload
+is caught there from its ``segmentLeaderEpochs`` and ``endOffset`` alone.
 
 Clocks: every node's clock runs off true time by a fixed base skew within
 ``skew_ms``; ``clocks`` breaks chosen nodes' clocks further (offsets, steps,
@@ -115,10 +115,6 @@ class SimConfig:
                 )
 
 
-# The rule whose evidence (KIP-1272 cleaner offsets) no native form carries.
-NOT_NATIVE = "REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED"
-
-
 class Simulator:
     """``native_dir``: with ``config.native_forms``, also keep the native files
     there (producers.native_forms.NativeRoute)."""
@@ -143,12 +139,7 @@ class Simulator:
             raise ValueError(
                 f"no fault injector for {sorted(unknown)}; known: {sorted(self.faults.injectors)}"
             )
-        if config.native_forms and NOT_NATIVE in config.faults:
-            raise ValueError(
-                f"{NOT_NATIVE} cannot be injected in native forms: Kafka prints no cleaner offsets"
-            )
-        available = [r for r in self.faults.injectors if not (config.native_forms and r == NOT_NATIVE)]
-        self.enabled = sorted(config.faults or available)
+        self.enabled = sorted(config.faults or self.faults.injectors)
         self.injected: dict[str, int] = {}
         self._actions = list(ACTION_WEIGHTS)
         self._weights = list(ACTION_WEIGHTS.values())

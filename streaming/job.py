@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from streaming.webhooks import Dispatcher
+    from webhooks import Dispatcher
 
 QUERY_NAME = "fencewatch"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

@@ -197,14 +197,43 @@ class DetectorCollector(Collector):
 
 class Metrics:
     """The job's metrics on one registry: detector snapshots, the query's
-    progress, the sinks and webhook delivery."""
+    progress, the sinks, webhook delivery and the probe (fencewatch.probe).
 
-    def __init__(self, registry: CollectorRegistry):
+    ``job``: whether the process runs the streaming job; ``fencewatch probe`` alone
+    exports no query, source or sink series (a query that never ran would read as
+    one that stopped)."""
+
+    def __init__(self, registry: CollectorRegistry, *, job: bool = True):
         self.registry = registry
         self.detector = DetectorCollector()
         registry.register(self.detector)
         self.build = Info("fencewatch_build", "fencewatch version", registry=registry)
 
+        # ---- the probe (fed by fencewatch.probe) ----
+        self.probe_requests = Counter(
+            "fencewatch_probe_requests",
+            "Probe requests, by Kafka API and outcome (conforming, deviating, other_error, failed; "
+            "unsupported: an API the broker does not take with currentLeaderEpoch, once per round)",
+            ["cluster", "api", "outcome"],
+            registry=registry,
+        )
+        self.probe_deviations = Counter(
+            "fencewatch_probe_deviations",
+            "Confirmed deviations from Kafka's fencing answers (PROBE_* rules)",
+            ["cluster", "rule"],
+            registry=registry,
+        )
+        self.probe_last_success = Gauge(
+            "fencewatch_probe_last_success_timestamp_seconds",
+            "When a probe round last got an answer to every request (Unix seconds)",
+            ["cluster"],
+            registry=registry,
+        )
+        if job:
+            self._job_metrics(registry)
+        self._webhook_metrics(registry)
+
+    def _job_metrics(self, registry: CollectorRegistry) -> None:
         # ---- the streaming query (fed by streaming.listener) ----
         self.query_running = Gauge(
             "fencewatch_query_running",
@@ -267,7 +296,8 @@ class Metrics:
             registry=registry,
         )
 
-        # ---- webhook delivery (fed by streaming.webhooks) ----
+    def _webhook_metrics(self, registry: CollectorRegistry) -> None:
+        # ---- webhook delivery (fed by webhooks.dispatcher) ----
         self.webhook_deliveries = Counter(
             "fencewatch_webhook_deliveries",
             "Alerts delivered to a webhook endpoint",

@@ -32,7 +32,7 @@ from streaming.schema import ALERT, DEAD_LETTER, STATS
 
 if TYPE_CHECKING:
     from streaming.metrics import Metrics
-    from streaming.webhooks import Dispatcher
+    from webhooks import Dispatcher
 
 log = logging.getLogger(__name__)
 

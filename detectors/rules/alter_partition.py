@@ -75,6 +75,9 @@ def judge(
         states = cs.view.broker_window(request.broker_id, *window) if window else None
         if states is None:
             pass  # counted as clock uncertain
+        elif window and cs.view.broker_unseen_at(request.broker_id, window[0]):
+            # Only epochs the view saw fill the window: an older one may have held then.
+            cs.unverified(UnverifiedReason.BROKER_REGISTRATION_NOT_SEEN)
         elif not states:
             cs.unverified(UnverifiedReason.UNKNOWN_BROKER)
         elif all(s.epoch != request.broker_epoch for s in states):
@@ -163,6 +166,9 @@ def _judge_isr_members(
         return
     for replica in entry.new_isr:
         epoch = entry.isr_epochs.get(replica, -1)
+        if cs.view.broker_unseen_at(replica, window[0]):
+            cs.unverified(UnverifiedReason.BROKER_REGISTRATION_NOT_SEEN)
+            continue
         states = cs.view.broker_window(replica, *window)
         if not states:
             cs.unverified(UnverifiedReason.ISR_MEMBER_UNREGISTERED)

@@ -58,7 +58,10 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
             continue
         history = cs.view.brokers.get(replica)
         if history is None:
-            cs.unverified(UnverifiedReason.ISR_MEMBER_UNREGISTERED)
+            if cs.view.started_mid_log:
+                cs.unverified(UnverifiedReason.BROKER_REGISTRATION_NOT_SEEN)
+            else:
+                cs.unverified(UnverifiedReason.ISR_MEMBER_UNREGISTERED)
             continue
         broker = history.latest
         why = broker.ineligibility()
@@ -76,7 +79,11 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
     if after.leader >= 0 and (before is None or after.leader != before.leader):
         history = cs.view.brokers.get(after.leader)
         if history is None:
-            cs.unverified(UnverifiedReason.LEADER_UNREGISTERED)
+            # In a view started mid-log, its registration came before the view did.
+            if cs.view.started_mid_log:
+                cs.unverified(UnverifiedReason.BROKER_REGISTRATION_NOT_SEEN)
+            else:
+                cs.unverified(UnverifiedReason.LEADER_UNREGISTERED)
             return
         broker = history.latest
         why = broker.ineligibility()

@@ -64,7 +64,8 @@ class QuorumEpochRegression(Rule):
 @register
 class QuorumDoubleVote(Rule):
     """KIP-595. One voter granted its vote to two different candidates in the
-    same epoch (from granted Vote responses or persisted ``votedId``). Not a
+    same epoch (from granted Vote responses, persisted ``votedId``, or the
+    ``grantingVoters`` of a LeaderChange in the metadata log). Not a
     violation: pre-votes (KIP-996, ``preVote: true``), which do not bind; votes
     in different epochs; a voter that names another node as leader than the
     one it voted for."""
@@ -163,8 +164,26 @@ def ingest_leader_change(cs: ClusterState, env: Envelope) -> list[Deferred]:
         q.log_epoch = (epoch, evidence)
     if leader < 0:
         return []
+    voters = get_list(data, "voters", "body.data", default=None)
+    if voters is not None:
+        # LeaderChangeMessage.voters: the voter set of the epoch as its leader knew it
+        # (KafkaRaftClient, LeaderState's voter states), the majority the fetch timeout counts.
+        q.voters = tuple(get_int(v, "voterId", p) for p, v in objects(voters, "body.data.voters"))
     q.add_claim(leader, epoch, env.ts_ms, evidence)
-    return [(_judge_claim, (leader, epoch))]
+    judgments: list[Deferred] = [(_judge_claim, (leader, epoch))]
+    # LeaderChangeMessage.grantingVoters: the voters whose votes elected it (the
+    # leader's own among them), each a vote granted to the leader in this epoch.
+    granting = get_list(data, "grantingVoters", "body.data", default=[])
+    for path, v in objects(granting, "body.data.grantingVoters"):
+        voter = get_int(v, "voterId", path)
+        vote = Evidence.of(
+            "view",
+            env,
+            f"LeaderChange at metadata offset {env.offset}: voter {voter} elected {leader} in epoch {epoch}",
+        )
+        q.add_vote(voter, leader, epoch, env.ts_ms, vote)
+        judgments.append((_judge_vote, (voter, leader, epoch)))
+    return judgments
 
 
 def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Deferred]:

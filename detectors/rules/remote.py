@@ -35,12 +35,19 @@ ALLOWED = {
 
 @register
 class RemoteSegmentZombieUploadAccepted(Rule):
-    """KIP-1272. A segment whose cleaner-offset map claims that leader epoch E
-    reached offset O reached COPY_SEGMENT_FINISHED although an accepted segment
-    of a later epoch's leader established that E ended before O — regardless of
-    which arrived first. The zombie's compaction result would be served. Not a
-    violation: the same claim while E is still the newest epoch (the cleaner
-    progressing); a zombie upload that never finishes (rejected by validation)."""
+    """KIP-1272. A segment that claims leader epoch E reached offset O reached
+    COPY_SEGMENT_FINISHED although an accepted segment established that E ended
+    before O — regardless of which arrived first. The zombie's data would be
+    served. A claim comes from what Kafka's records carry (RemoteLogSegmentMetadata):
+    E's range in the segment's ``segmentLeaderEpochs`` (to the next epoch's start
+    - 1, or ``endOffset`` for the last), which RemoteLogManager takes from the
+    leader's epoch cache; an accepted segment that starts a later epoch at S ends
+    every earlier epoch at S - 1. Where the proposal's cleaner-offset map is
+    present, its claims are judged too: its ended epochs' offsets are ends.
+    Not a violation: a segment whose epoch ends right before a later epoch's
+    start; the same epoch's claim growing while it is still the newest (the
+    leader or its cleaner progressing); a zombie upload that never finishes
+    (rejected by validation)."""
 
     id = "REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED"
     severity = "critical"
@@ -88,7 +95,9 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
     if segment is None:
         if event.cleaner is None:
             raise Unverified(UnverifiedReason.REMOTE_SEGMENT_NOT_SEEN)
-        segment = Segment(event.segment_id, event.key, event.broker_id, event.cleaner)
+        segment = Segment(
+            event.segment_id, event.key, event.broker_id, event.cleaner, epochs=event.epochs or {}
+        )
         part.segments[event.segment_id] = segment
         cs.remote.partitions[event.key] = part
     old, new = segment.state, event.state
@@ -126,7 +135,7 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
         # A deleted segment is gone from remote storage: stop tracking it.
         del part.segments[segment.segment_id]
         part.finished.discard(segment.segment_id)
-        if not part.segments and not part.established_end:
+        if not part.segments and not part.established_end and not part.epoch_starts:
             del cs.remote.partitions[event.key]
     return judgments
 
@@ -136,8 +145,17 @@ def _judge_upload(cs: ClusterState, part: PartitionSegments, segment: Segment) -
     own map establish ends and re-check the segments accepted before it."""
     assert segment.finished is not None
     _check_claims(cs, part, segment)
-    newest = max(segment.cleaner, default=None)
     lowered = False
+    if not segment.zombie:
+        for epoch, (start, _) in segment.epochs.items():
+            if epoch == 0:
+                continue  # the first epoch's start ends no epoch: nothing to keep
+            known = part.epoch_starts.get(epoch)
+            if known is None or start < known[0]:
+                lowered = True
+                summary = f"segment {segment.segment_id} started epoch {epoch} at {start}"
+                part.epoch_starts[epoch] = (start, Evidence.of("view", segment.finished, summary))
+    newest = max(segment.cleaner, default=None)
     for epoch, offset in segment.cleaner.items():
         if newest is not None and epoch < newest:
             known = part.established_end.get(epoch)
@@ -166,19 +184,33 @@ def _check_claims(cs: ClusterState, part: PartitionSegments, segment: Segment) -
     for epoch, offset in sorted(segment.cleaner.items()):
         known = part.established_end.get(epoch)
         if known is not None and offset > known[0]:
-            segment.zombie = True
-            cs.emit(
-                RemoteSegmentZombieUploadAccepted,
-                segment.finished,
-                message=f"segment {segment.segment_id} of {cs.describe(segment.key)} from broker "
-                f"{segment.broker_id} claims epoch {epoch} reached offset {offset}, but a later epoch "
-                f"established it ended at {known[0]}",
-                node=segment.broker_id,
-                identity=(segment.segment_id,),
-                evidence=[known[1]],
-                partition_key=segment.key,
-            )
+            _zombie(cs, segment, epoch, offset, known[0], known[1])
             return
+    for epoch, (_, last) in sorted(segment.epochs.items()):
+        later = [(start, ev) for e, (start, ev) in part.epoch_starts.items() if e > epoch]
+        if later:
+            start, evidence = min(later, key=lambda found: found[0])
+            if last >= start:
+                _zombie(cs, segment, epoch, last, start - 1, evidence)
+                return
+
+
+def _zombie(
+    cs: ClusterState, segment: Segment, epoch: int, offset: int, end: int, evidence: Evidence
+) -> None:
+    assert segment.finished is not None
+    segment.zombie = True
+    cs.emit(
+        RemoteSegmentZombieUploadAccepted,
+        segment.finished,
+        message=f"segment {segment.segment_id} of {cs.describe(segment.key)} from broker "
+        f"{segment.broker_id} claims epoch {epoch} reached offset {offset}, but a later epoch "
+        f"established it ended at {end}",
+        node=segment.broker_id,
+        identity=(segment.segment_id,),
+        evidence=[evidence],
+        partition_key=segment.key,
+    )
 
 
 def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:

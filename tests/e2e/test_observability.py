@@ -31,7 +31,7 @@ from test_job import publish, read_topic, replay_alerts
 
 from detectors.config import DetectorConfig
 from streaming.broker import EmbeddedBroker, free_port
-from streaming.webhooks.receiver import WebhookReceiver
+from webhooks.receiver import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
 
@@ -40,6 +40,8 @@ SECRET, SECRET_ENV = "e2e-webhook-secret", "FENCEWATCH_E2E_WEBHOOK_SECRET"
 WRONG_SECRET_ENV = "FENCEWATCH_E2E_WRONG_SECRET"
 # Slow enough that the job's counters move across many scrapes (rates in the plots).
 EVENTS, RATE = 36_000, 1_500
+# Alerts of the probe beside the job (run --probe-interval) on the 1-partition topic it asks about.
+PROBE_ALERTS = 4
 # Alertmanager cannot sign, so its notifications go to a receiver without a secret.
 ALERTMANAGER_PATH = "/alertmanager"
 BAD_RECORDS = [b'{"cluster": "sim-1", "ts_ms": 1', b'{"cluster": "sim-1", "kind": "gossip"}']
@@ -160,7 +162,10 @@ def test_metrics_dashboards_alert_rules_and_webhooks_end_to_end(
     artifacts = Path(os.environ.get("FENCEWATCH_E2E_ARTIFACTS", REPO / "build" / "e2e"))
     artifacts.mkdir(parents=True, exist_ok=True)
     source, alerts_topic, dead_topic = "e2e-events", "e2e-alerts", "e2e-dead-letters"
-    broker.create_topics({source: 3, alerts_topic: 1, dead_topic: 1})
+    # The probe beside the job asks about this topic: tansu serves a future epoch (Fetch and
+    # ListOffsets) and a partition it lacks (both APIs): PROBE_ALERTS alerts, the same each round.
+    probed = "e2e-probed"
+    broker.create_topics({source: 3, alerts_topic: 1, dead_topic: 1, probed: 1})
     metrics_port, prometheus_port, alertmanager_port = free_port(), free_port(), free_port()
     prometheus = f"http://127.0.0.1:{prometheus_port}"
     receiver = WebhookReceiver(0, secret=SECRET.encode())
@@ -175,6 +180,7 @@ def test_metrics_dashboards_alert_rules_and_webhooks_end_to_end(
             # One bucket measures clocks: the clock offset panel and FencewatchClockSkew's metric.
             *("--buckets", "1", "--measure-clocks"),
             *("--webhooks", str(webhooks_config(tmp_path / "hooks.toml", receiver, free_port()))),
+            *("--probe-interval", "2", "--probe-cluster", "sim-1", "--probe-topics", probed),
         ],
         tmp_path / "run.log",
         env,
@@ -227,7 +233,10 @@ def test_metrics_dashboards_alert_rules_and_webhooks_end_to_end(
         expected = replay_alerts(events, DetectorConfig(measure_clocks=True))
         assert len(expected) >= 10
         wait_until(
-            lambda: _delivered(receiver, "/hook") >= len(expected), "every alert at /hook", 300, children
+            lambda: _delivered(receiver, "/hook") >= len(expected) + PROBE_ALERTS,
+            "every alert at /hook",
+            300,
+            children,
         )
         wait_until(
             lambda: _alertmanager_posted(alertmanager_receiver, "FencewatchCriticalViolation"),
@@ -239,10 +248,12 @@ def test_metrics_dashboards_alert_rules_and_webhooks_end_to_end(
         end = time.time()
 
         hook = [r for r in receiver.received if r["path"] == "/hook"]
-        assert sorted(r["body"]["alert_id"] for r in hook) == sorted(expected)
+        probe = [r for r in hook if r["body"]["rule"].startswith("PROBE_")]
+        assert sorted(r["body"]["alert_id"] for r in hook if r not in probe) == sorted(expected)
+        assert len({r["body"]["alert_id"] for r in probe}) == len(probe) == PROBE_ALERTS
         assert all(r["headers"]["X-Fencewatch-Signature"].startswith("v1=") for r in hook)
         for path, fmt in (("/am-format", "alertmanager"), ("/slack", "slack")):
-            assert _delivered(receiver, path) == len(expected), path
+            assert _delivered(receiver, path) == len(expected) + PROBE_ALERTS, path
             assert {r["format"] for r in receiver.received if r["path"] == path} == {fmt}
         assert not any(r["path"] == "/wrong" for r in receiver.received), "a wrongly signed post was accepted"
 

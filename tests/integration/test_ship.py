@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from detectors.envelope import dumps, parse_envelope
@@ -419,6 +420,105 @@ def test_follow_survives_rotation_copytruncate_and_restarts(
 
 
 # -- delivery failures, secrets ---------------------------------------------------------
+
+
+# -- docker-compose.yml's request-log sidecar --------------------------------------------
+
+# Logs request bodies (arguments) through log4j2 the way Kafka's RequestChannel does:
+# DEBUG "Completed request:{json}" on kafka.request.logger; plus lines that must stay out.
+LOG_REQUESTS_JAVA = """
+import org.apache.logging.log4j.LogManager;
+import org.apache.logging.log4j.Logger;
+
+public class LogRequests {
+    public static void main(String[] bodies) {
+        Logger requests = LogManager.getLogger("kafka.request.logger");
+        LogManager.getLogger("kafka.server.KafkaApis").info("a broker line, not a request");
+        for (String body : bodies) {
+            requests.debug("Completed request:" + body);
+        }
+        requests.trace("below the request logger's level");
+        LogManager.shutdown();
+    }
+}
+"""
+
+
+def compose_services() -> dict[str, Any]:
+    return yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text(encoding="utf-8"))["services"]
+
+
+def write_request_log_with_composes_log4j2(directory: Path, bodies: list[str], work: Path) -> Path:
+    """Kafka's side of the compose stack without Kafka: the log4j2 configuration the
+    kafka service mounts, with ``directory`` in place of its request-log volume, loaded
+    by the log4j2 in the pyspark wheel (Kafka 4.x logs through log4j2 too)."""
+    import pyspark
+
+    kafka = compose_services()["kafka"]
+    source = next(v.split(":")[0] for v in kafka["volumes"] if v.startswith("./dashboards/kafka/"))
+    config = yaml.safe_load((REPO_ROOT / source).read_text(encoding="utf-8"))
+    properties = config["Configuration"]["Properties"]["Property"]
+    (log_dir,) = [p for p in properties if p["name"] == "requestLogDir"]
+    assert f"kafka-request-log:{log_dir['value']}" in kafka["volumes"]
+    log_dir["value"] = str(directory)
+    (work / "log4j2.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (work / "LogRequests.java").write_text(LOG_REQUESTS_JAVA, encoding="utf-8")
+    jars = Path(pyspark.__file__).parent / "jars"
+    names = ("log4j-api-", "log4j-core-", "jackson-core-", "jackson-databind-", "jackson-annotations-")
+    names += ("jackson-dataformat-yaml-", "snakeyaml-2")
+    classpath = [str(j) for j in sorted(jars.glob("*.jar")) if j.name.startswith(names)]
+    java = shutil.which("java")
+    assert java, "java is not installed (NOTES.md: Java 17 is on the machine)"
+    config_option = f"-Dlog4j2.configurationFile=file:{work / 'log4j2.yaml'}"
+    subprocess.run(
+        [java, "-cp", os.pathsep.join(classpath), config_option, str(work / "LogRequests.java"), *bodies],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    return directory / "kafka-request.log"
+
+
+def test_the_compose_request_log_sidecar_ships_what_kafkas_log4j2_config_writes(
+    broker: EmbeddedBroker,
+    make_topic: Callable[..., str],
+    reader: Callable[[str, int], TopicReader],
+    tmp_path: Path,
+) -> None:
+    """docker-compose.yml's ship-request-log command, with the broker, the topics, the
+    request log and the state file of this test in place of the compose ones, ships
+    every request line the kafka service's log4j2 configuration writes, as node 1."""
+    volume = tmp_path / "kafka-request-log"
+    volume.mkdir()
+    bodies = [entry(i).split("Completed request:", 1)[1].rsplit(" (kafka.", 1)[0] for i in range(5)]
+    log = write_request_log_with_composes_log4j2(volume, bodies, tmp_path)
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 5 and all(" DEBUG Completed request:{" in line for line in lines), lines
+
+    services = compose_services()
+    command = services["ship-request-log"]["command"]
+    topic, dead_topic = make_topic(3), make_topic(1)
+    swap = {
+        "kafka:9092": broker.bootstrap_servers,
+        "fencewatch-events": topic,
+        "fencewatch-dead-letters": dead_topic,
+        "/var/lib/fencewatch/ship/request-log.offset": str(tmp_path / "state"),
+        "/var/log/kafka/kafka-request.log": str(log),
+    }
+    argv = [swap.get(word, word) for word in command[1:]]
+    assert set(swap.values()) <= set(argv)
+    shipper = Shipper([*argv[:-1], "--once", argv[-1]], tmp_path)
+    shipper.start()
+    assert shipper.proc is not None
+    assert shipper.proc.wait(timeout=60) == 0, shipper.stderr()
+    values = assert_one_ordered_partition(reader(topic, 3).drain(), b"compose-kafka")
+    assert [correlation_id(v) for v in values] == list(range(5))
+    assert {(e["cluster"], e["node"], e["kind"]) for e in map(orjson.loads, values)} == {
+        ("compose-kafka", 1, "request")
+    }
+    assert reader(dead_topic, 1).drain() == []
+    state = StateFile(str(tmp_path / "state")).load()
+    assert state is not None and state.offset == log.stat().st_size
 
 
 def test_undeliverable_records_fail_the_run_and_keep_the_state(

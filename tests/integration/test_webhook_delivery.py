@@ -14,7 +14,7 @@ from test_job import publish, read_topic, replay_alerts
 
 from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker, free_port
-from streaming.webhooks.receiver import WebhookReceiver
+from webhooks.receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,14 @@ PROMETHEUS_CONFIG = REPO_ROOT / "dashboards" / "prometheus" / "prometheus.yml"
 WEBHOOKS_CONFIG = REPO_ROOT / "dashboards" / "fencewatch" / "webhooks.toml"
 SECRET_KEY = re.compile(r"PASSWORD|SECRET|TOKEN|API_?KEY|PRIVATE|CREDENTIAL", re.IGNORECASE)
 # What a named volume, bind mount or secret is for in this deployment.
-REQUIRED_VOLUMES = {"checkpoint", "outbox", "prometheus-data", "grafana-data"}
+REQUIRED_VOLUMES = {
+    "checkpoint",
+    "outbox",
+    "prometheus-data",
+    "grafana-data",
+    "kafka-request-log",
+    "ship-state",
+}
 DEPENDENCY_CONDITIONS = {"service_healthy", "service_completed_successfully", "service_started"}
 
 
@@ -254,7 +262,7 @@ def test_the_job_reaches_kafka_spark_and_its_webhooks_by_service_name():
 
 
 def test_the_example_webhooks_config_loads_and_targets_the_receiver(tmp_path):
-    from streaming.webhooks.config import load_endpoints
+    from webhooks.config import load_endpoints
 
     # Where compose mounts the secret, the test puts the development secret file.
     secret = interpolated_default(compose()["secrets"]["webhook_hmac"]["file"])
@@ -284,10 +292,138 @@ def test_every_fencewatch_command_parses_with_the_real_cli():
 
     parser = build_parser()
     commands = [s["command"] for s in services().values() if s.get("command", [""])[0] == "fencewatch"]
-    assert len(commands) == 4  # run, simulate, and the signed and the Alertmanager webhook receivers
+    # run, simulate, ship metadata-log and request-log, and the signed and the Alertmanager
+    # webhook receivers
+    assert len(commands) == 6
     for command in commands:
         args = parser.parse_args(command[1:])
         assert args.command == command[1]
+
+
+def test_the_metadata_log_sidecar_follows_kafkas_own_log_read_only_and_keeps_its_state_apart():
+    from fencewatch.cli import build_parser
+
+    service = services()["ship-metadata-log"]
+    args = build_parser().parse_args(service["command"][1:])
+    mounts = dict(v.split(":", 1) for v in service["volumes"])
+    kafka_dir = services()["kafka"]["environment"]["KAFKA_LOG_DIRS"]
+    # Without metadata.log.dir, Kafka keeps the metadata log in its first log dir.
+    assert args.directory == f"{kafka_dir}/__cluster_metadata-0"
+    assert mounts["kafka-data"] == f"{kafka_dir}:ro"
+    state_dir = args.state_file.rsplit("/", 1)[0]
+    assert state_dir in mounts.values() and not state_dir.startswith(kafka_dir)
+
+
+def kafka_log4j2() -> tuple[str, dict[str, Any]]:
+    """Where the kafka service's log4j2 configuration is, in the container, and its content."""
+    kafka = services()["kafka"]
+    opts = kafka["environment"]["KAFKA_LOG4J_OPTS"].split()
+    (config,) = [o.split("=", 1)[1] for o in opts if o.startswith("-Dlog4j2.configurationFile=")]
+    path = config.removeprefix("file:")
+    (source,) = [s for s, t in mounts(kafka) if t == path]
+    assert f"{source}:{path}:ro" in kafka["volumes"]
+    return path, yaml.safe_load((REPO_ROOT / source).read_text(encoding="utf-8"))["Configuration"]
+
+
+def request_log_file(config: dict[str, Any]) -> tuple[str, str]:
+    """The file kafka.request.logger's appender writes (properties resolved), and its layout pattern."""
+    properties = {p["name"]: p["value"] for p in config["Properties"]["Property"]}
+    (logger,) = [lg for lg in config["Loggers"]["Logger"] if lg["name"] == "kafka.request.logger"]
+    # DEBUG is the level at which Kafka writes "Completed request:{json}" (RequestChannel).
+    assert logger["level"] == "DEBUG"
+    assert logger["additivity"] is False, "request lines must not also flood stdout"
+    (ref,) = [r["ref"] for r in logger["AppenderRef"]]
+    appenders = config["Appenders"]["RollingFile"]
+    (appender,) = [a for a in ([appenders] if isinstance(appenders, dict) else appenders) if a["name"] == ref]
+
+    def resolve(value: str) -> str:
+        return re.sub(r"\$\{(\w+)\}", lambda m: properties[m.group(1)], value)
+
+    return resolve(appender["fileName"]), resolve(appender["PatternLayout"]["pattern"])
+
+
+def test_kafka_writes_its_request_log_at_debug_to_a_volume():
+    kafka = services()["kafka"]
+    _path, config = kafka_log4j2()
+    file, _pattern = request_log_file(config)
+    directory, _, name = file.rpartition("/")
+    assert name == "kafka-request.log"
+    volume = {t: s for s, t in mounts(kafka)}[directory]
+    assert volume in compose()["volumes"], f"{directory} is not on a named volume"
+    # The root logger keeps Kafka's other logs on stdout, out of the shipped file.
+    assert [r["ref"] for r in config["Loggers"]["Root"]["AppenderRef"]] == ["STDOUT"]
+
+
+def test_the_request_log_pattern_is_what_the_shipper_parses():
+    from detectors.envelope import Envelope
+    from detectors.parse_request_log import iter_request_log
+
+    _file, pattern = request_log_file(kafka_log4j2()[1])
+    body = {
+        "isForwarded": False,
+        "requestHeader": {"requestApiKey": 0, "requestApiVersion": 13, "correlationId": 7, "clientId": "p"},
+        "request": {"acks": -1, "topicData": [{"name": "t", "partitionData": [{"index": 0}]}]},
+        "response": {"responses": [{"name": "t", "partitionResponses": [{"index": 0, "errorCode": 0}]}]},
+    }
+    # log4j2's %d without a format is "yyyy-MM-dd HH:mm:ss,SSS".
+    fields = {
+        "d": "2026-11-20 10:15:02,345",
+        "p": "DEBUG",
+        "m": "Completed request:" + json.dumps(body),
+        "c": "kafka.request.logger",
+        "n": "\n",
+    }
+    line = re.sub(r"%(\w)", lambda m: fields[m.group(1)], pattern)
+    items = list(iter_request_log(iter([line.encode()]), source="kafka-request.log", cluster="c", node=1))
+    assert len(items) == 1 and isinstance(items[0], Envelope), items
+    stamp = datetime(2026, 11, 20, 10, 15, 2, 345000, tzinfo=UTC)
+    assert items[0].ts_ms == int(stamp.timestamp() * 1000)
+    assert items[0].body["requestHeader"]["correlationId"] == 7
+
+
+def test_the_request_log_sidecar_follows_kafkas_file_read_only_and_keeps_its_state_apart():
+    from fencewatch.cli import build_parser
+
+    all_services = services()
+    service = all_services["ship-request-log"]
+    args = build_parser().parse_args(service["command"][1:])
+    assert (args.command, args.format) == ("ship", "request-log")
+    file, _pattern = request_log_file(kafka_log4j2()[1])
+    kafka_dir, _, name = file.rpartition("/")
+    volume = {t: s for s, t in mounts(all_services["kafka"])}[kafka_dir]
+    sidecar_dir, _, sidecar_name = args.file.rpartition("/")
+    assert sidecar_name == name
+    assert f"{volume}:{sidecar_dir}:ro" in service["volumes"]
+    # Kafka stamps the file with its own node id; the metadata log's sidecar names the same cluster.
+    assert args.node == int(all_services["kafka"]["environment"]["KAFKA_NODE_ID"])
+    metadata_log = build_parser().parse_args(all_services["ship-metadata-log"]["command"][1:])
+    assert args.cluster == metadata_log.cluster
+    job = all_services["fencewatch"]["command"]
+    assert args.topic == option(job, "--topic") == metadata_log.topic
+    assert args.dead_letter_topic == metadata_log.dead_letter_topic
+    assert args.dead_letter_topic in all_services["kafka-init"]["command"][0]
+    assert args.bootstrap_servers == option(job, "--bootstrap-servers")
+    # A fresh stack ships what Kafka wrote before the sidecar started.
+    assert args.from_beginning
+    state_dir = args.state_file.rsplit("/", 1)[0]
+    writable = {t for s, t in mounts(service) if not any(v == f"{s}:{t}:ro" for v in service["volumes"])}
+    assert state_dir in writable
+    assert args.state_file != metadata_log.state_file
+    assert service["depends_on"] == {"kafka-init": {"condition": "service_completed_successfully"}}
+
+
+def test_the_image_creates_the_directories_its_services_write_volumes_to():
+    """A fresh named volume takes the owner of the directory it is mounted on; one the
+    image does not create is root's, and the image's unprivileged user cannot write it."""
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    for name, service in services().items():
+        if service.get("image") != "fencewatch:local":
+            continue
+        for volume in service.get("volumes", []):
+            source, target, *mode = volume.split(":")
+            if source.startswith(".") or mode == ["ro"]:
+                continue
+            assert re.search(rf"mkdir -p [^&]*{re.escape(target)}(\s|$)", text), (name, target)
 
 
 def test_spark_processes_come_from_the_fencewatch_image():

@@ -300,9 +300,8 @@ def test_a_binary_file_is_refused_before_any_output(main, capsys, tmp_path):
     assert out == ""
     assert err == (
         f"fencewatch convert: {binary} looks like a binary file, not kafka-dump-log.sh output: "
-        "fencewatch reads text; a metadata log segment is printed as text by "
-        f"`kafka-dump-log.sh --cluster-metadata-decoder --files {binary}`, "
-        "which pipes into `fencewatch convert metadata-dump --cluster C -`\n"
+        "fencewatch reads text here; a metadata log segment or snapshot is read by "
+        f"`fencewatch convert metadata-log --cluster C {binary}`\n"
     )
 
 

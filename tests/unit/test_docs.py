@@ -23,3 +23,10 @@ def test_every_rule_has_a_section_in_docs():
 
     text = (ROOT / "docs" / "rules.md").read_text()
     assert [r for r in RULES if f"\n## {r}" not in text] == []
+
+
+def test_every_probe_rule_has_a_section_in_docs():
+    from detectors.probe_rules import PROBE_RULES
+
+    text = (ROOT / "docs" / "rules.md").read_text()
+    assert [r for r in PROBE_RULES if f"\n## {r}" not in text] == []

@@ -88,6 +88,7 @@ def test_demo_help_says_where_its_outbox_and_alerts_are(capsys: pytest.CaptureFi
         ("metadata-dump", "convert kafka-dump-log.sh --cluster-metadata-decoder output"),
         ("quorum-state", "quorum-state file to one envelope per file"),
         ("remote-log-metadata", "RemoteLogMetadataSerde$RemoteLogMetadataFormatter"),
+        ("metadata-log", "segment (.log) and snapshot (.checkpoint) files, read natively"),
     ],
 )
 def test_each_convert_format_has_its_own_help(

@@ -10,7 +10,9 @@ LEADER_CHANGE(2)``, no leader). Its story, controllers 3000, 3001, 3002:
 
 - offset 0, epoch 1: 3000 leads; offsets 1-2: metadata records;
 - offset 3, epoch 2: 3001 leads (epochs rising: fine); offset 4: a record;
-- offset 5, epoch 2: 3002 claims epoch 2 too: QUORUM_TWO_LEADERS_IN_EPOCH;
+- offset 5, epoch 2: 3002 claims epoch 2 too: QUORUM_TWO_LEADERS_IN_EPOCH, and
+  3002 is among the granting voters of both 3001 (offset 3) and itself:
+  QUORUM_DOUBLE_VOTE;
 - offset 6, epoch 3: 3000 leads; offset 7: a record;
 - offset 8, epoch 2: 3001 again, after epoch 3: QUORUM_EPOCH_REGRESSION (1 s
   after epoch 3 began, within the grace window, so no zombie-leader alert).
@@ -42,6 +44,7 @@ VOTERS = [1, 2, 3]
 # (rule, node, ts_ms) of the dump's violations, as each form can show them.
 JSON_FORM_ALERTS = [
     ("QUORUM_TWO_LEADERS_IN_EPOCH", 3002, T0 + 70_000),
+    ("QUORUM_DOUBLE_VOTE", 3002, T0 + 70_000),
     ("QUORUM_EPOCH_REGRESSION", 3001, T0 + 121_000),
 ]
 TYPE_ONLY_ALERTS = [("QUORUM_EPOCH_REGRESSION", None, T0 + 121_000)]
@@ -84,7 +87,8 @@ def leader_change(offset: int, ts_ms: int, epoch: int, leader: int | None) -> di
     data: dict[str, Any] = {}
     if leader is not None:
         voters = [{"voterId": v} for v in VOTERS]
-        data = {"version": 0, "leaderId": leader, "voters": voters, "grantingVoters": voters}
+        # Its own vote only: two leaders of an epoch then need no voter to vote twice.
+        data = {"version": 0, "leaderId": leader, "voters": voters, "grantingVoters": [{"voterId": leader}]}
     body = {"type": "LEADER_CHANGE", "partitionLeaderEpoch": epoch, "data": data}
     return s.envelope(CLUSTER, "metadata", ts_ms, body, offset=offset)
 
@@ -352,3 +356,66 @@ def test_converted_leader_change_and_quorum_state_file_agreeing_raise_nothing(tm
     assert state.returncode == 0, state.stderr
     (tmp_path / "state.jsonl").write_text(state.stdout)
     assert convert_and_replay(dump, tmp_path, Path("state.jsonl")) == []
+
+
+# ---- the voter set and the granting voters (issue 24, item 5) ---------------------------------
+
+
+def granting(
+    offset: int, ts_ms: int, epoch: int, leader: int, voters: list[int], granted: list[int]
+) -> dict[str, Any]:
+    """A LeaderChange naming its voter set and the voters that elected ``leader``."""
+    data = {
+        "version": 0,
+        "leaderId": leader,
+        "voters": [{"voterId": v} for v in voters],
+        "grantingVoters": [{"voterId": v} for v in granted],
+    }
+    body = {"type": "LEADER_CHANGE", "partitionLeaderEpoch": epoch, "data": data}
+    return s.envelope(CLUSTER, "metadata", ts_ms, body, offset=offset)
+
+
+def vote(ts_ms: int, voter: int, candidate: int, epoch: int, *, pre_vote: bool = False) -> dict[str, Any]:
+    return s.envelope(
+        CLUSTER, "request", ts_ms, s.vote(candidate, epoch, True, pre_vote=pre_vote), node=voter
+    )
+
+
+@pytest.mark.violation("QUORUM_DOUBLE_VOTE")
+def test_a_granting_voter_of_two_leaders_in_one_epoch_voted_twice():
+    detector = run([granting(10, 1000, 5, 1, VOTERS, [1, 2]), granting(11, 1500, 5, 3, VOTERS, [2, 3])])
+    assert sorted(keys(detector)) == [
+        ("QUORUM_DOUBLE_VOTE", 2, 1500),
+        ("QUORUM_TWO_LEADERS_IN_EPOCH", 3, 1500),
+    ]
+
+
+@pytest.mark.violation("QUORUM_DOUBLE_VOTE")
+def test_a_granting_voter_that_also_granted_a_vote_request_to_another_candidate_voted_twice():
+    detector = run([vote(900, 2, 3, 5), granting(10, 1000, 5, 1, VOTERS, [1, 2])])
+    assert keys(detector) == [("QUORUM_DOUBLE_VOTE", 2, 1000)]
+
+
+@pytest.mark.parametrize(
+    "raws",
+    [
+        pytest.param(
+            [granting(10, 1000, 5, 1, VOTERS, [1, 2]), granting(11, 5000, 6, 3, VOTERS, [2, 3])],
+            id="the-same-voter-in-different-epochs",
+        ),
+        pytest.param(
+            [vote(900, 2, 1, 5), granting(10, 1000, 5, 1, VOTERS, [1, 2])], id="its-vote-request-agreeing"
+        ),
+        pytest.param(
+            [vote(900, 2, 3, 5, pre_vote=True), granting(10, 1000, 5, 1, VOTERS, [1, 2])],
+            id="a-pre-vote-to-another-candidate",
+        ),
+    ],
+)
+def test_granting_voters_that_voted_once_per_epoch_raise_nothing(raws):
+    assert keys(run(raws)) == []
+
+
+def test_the_leader_changes_voter_set_is_the_quorums():
+    detector = run([granting(10, 1000, 5, 1, [1, 2, 4], [1, 2])])
+    assert detector.cluster(CLUSTER).quorum.voters == (1, 2, 4)

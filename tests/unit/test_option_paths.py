@@ -97,6 +97,23 @@ CASES = [
         ["ship", "metadata-dump", *KAFKA, "--cluster", "c", "MISSING"],
         "fencewatch ship metadata-dump: cannot open MISSING: no such file",
     ),
+    (["convert", "metadata-log", "MISSING"], "fencewatch convert: cannot open MISSING: no such file"),
+    (
+        ["ship", "metadata-log", *KAFKA, "--cluster", "c", "MISSING"],
+        "fencewatch ship metadata-log: cannot follow MISSING: no such directory",
+    ),
+    (
+        ["ship", "metadata-log", *KAFKA, "--cluster", "c", "FILE"],
+        "fencewatch ship metadata-log: cannot follow FILE: it is not a directory",
+    ),
+    (
+        ["ship", "metadata-log", *KAFKA, "--cluster", "c", "--state-file", "NO_DIR", "DIR"],
+        "fencewatch ship metadata-log: cannot write --state-file NO_DIR",
+    ),
+    (
+        ["ship", "metadata-log", *KAFKA, "--cluster", "c", "--state-file", "BAD_STATE", "DIR"],
+        "fencewatch ship metadata-log: state file BAD_STATE is not JSON",
+    ),
     (["replay", "MISSING"], "fencewatch replay: cannot open MISSING: no such file"),
     (["replay", "FILE", "DIR"], "fencewatch replay: cannot open DIR: it is a directory"),
     (
@@ -108,6 +125,14 @@ CASES = [
         "fencewatch replay: cannot open --truth MISSING: no such file",
     ),
     (["replay", "--truth", "BAD_STATE", "FILE"], "fencewatch replay: --truth BAD_STATE line 1 is not JSON"),
+    (
+        ["probe", "--bootstrap-servers", "127.0.0.1:1", "--webhooks", "MISSING"],
+        "fencewatch probe: cannot open --webhooks MISSING: no such file",
+    ),
+    (
+        ["probe", "--bootstrap-servers", "127.0.0.1:1", "--webhook-outbox", "NO_DIR"],
+        "fencewatch probe: cannot write --webhook-outbox NO_DIR",
+    ),
 ]
 
 

@@ -6,7 +6,9 @@ and 5), each with its violation and the look-alikes that stay legal:
 - UpdateMetadata raises the controller epoch a broker holds StopReplica to;
 - AlterPartition answered NONE although any member of the proposed ISR, kept
   or added, is ineligible;
-- alert messages name a topic by its name wherever the view knows it.
+- alert messages name a topic by its name wherever the view knows it;
+- (issue 24) a zombie upload judged from what Kafka's segment records carry,
+  ``segmentLeaderEpochs`` and ``endOffset``, as the formatter prints them.
 
 Histories use the standard cluster of conftest.py unless they are ZooKeeper
 mode (no metadata log: LeaderAndIsr is the epoch source).
@@ -22,6 +24,7 @@ from detectors.buckets import buckets_of
 from detectors.envelope import envelope_from_obj
 from detectors.errors import KafkaError
 from producers import shapes as s
+from producers.native_forms import NativeRoute
 from tests.unit.test_rules_isr_alter_partition import INELIGIBLE, alter_partition, make_ineligible
 
 NONE = KafkaError.NONE
@@ -440,3 +443,86 @@ def test_alter_partition_by_topic_id_names_the_topic_in_its_message(cluster):
     assert outcome.keys == [("ALTER_PARTITION_ERROR_VERSION_MISMATCH", cluster.controller, 9000, 0, "orders")]
     assert outcome.alerts[0].message.endswith(" for orders-0")
     assert outcome.alerts[0].topic_id == cluster.topic_id
+
+
+# ---- (e) zombie uploads in Kafka's own segment records --------------------------------------
+
+STARTED, FINISHED = "COPY_SEGMENT_STARTED", "COPY_SEGMENT_FINISHED"
+
+
+def native(history: Any, ts_ms: int, body: dict[str, Any]) -> None:
+    """``body`` as ``kafka-console-consumer.sh`` with RemoteLogMetadataFormatter
+    prints it, read back: no cleaner offsets survive. Kafka prints the topic's
+    name in every record."""
+    body["data"]["remoteLogSegmentId"]["topicIdPartition"]["name"] = "orders"
+    raw = s.envelope(history.cluster_name, "remote_log_metadata", ts_ms, body)
+    history.remote(ts_ms, NativeRoute(history.cluster_name).envelope(raw)["body"])
+
+
+def native_upload(
+    history: Any, ts_ms: int, segment: str, broker: int, epochs: dict[int, int], end: int
+) -> None:
+    """``broker`` copies ``segment`` (its epochs' start offsets, its end offset):
+    COPY_SEGMENT_STARTED at ``ts_ms``, FINISHED 100 ms later."""
+    start = min(epochs.values())
+    body = s.remote_segment(
+        history.topic_id, 0, segment, broker_id=broker, start=start, end=end, leader_epochs=epochs, cleaner={}
+    )
+    del body["data"]["cleanerOffsets"]
+    native(history, ts_ms, body)
+    update = s.remote_update(history.topic_id, 0, segment, broker_id=broker, state=FINISHED)
+    native(history, ts_ms + 100, update)
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED")
+@pytest.mark.parametrize("zombie_first", [False, True], ids=["new-leader-first", "zombie-first"])
+def test_a_native_zombie_upload_is_caught_from_segment_leader_epochs(cluster, zombie_first):
+    """Broker 2 leads epoch 1 from offset 101 (its segment: epoch 0 from 0,
+    epoch 1 from 101, to 155); deposed broker 1 copies a segment whose epoch 0
+    runs to 123. Whichever is accepted first, broker 1's is the zombie's."""
+    cluster.change(10_000, leader=2)
+    uploads = [(2, {0: 0, 1: 101}, 155), (1, {0: 0}, 123)]
+    for n, (broker, epochs, end) in enumerate(reversed(uploads) if zombie_first else uploads):
+        native_upload(cluster, 11_000 + 1000 * n, f"seg-{broker}", broker, epochs, end)
+    outcome = cluster.run()
+    zombie_ms = 11_100 if zombie_first else 12_100
+    assert outcome.keys == [("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED", 1, zombie_ms, 0, "orders")]
+    assert "claims epoch 0 reached offset 123, but a later epoch established it ended at 100" in (
+        outcome.alerts[0].message
+    )
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED")
+def test_a_native_zombie_upload_past_a_later_epochs_own_segment_is_caught(cluster):
+    """The new leader's segment holds only its own epoch (2 from 300): the
+    deposed leader's epoch-1 segment to 349 runs past it."""
+    cluster.change(10_000, leader=2)
+    native_upload(cluster, 11_000, "seg-new", 2, {2: 300}, 420)
+    native_upload(cluster, 12_000, "seg-old", 1, {1: 200}, 349)
+    assert cluster.keys() == [("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED", 1, 12_100, 0, "orders")]
+
+
+@pytest.mark.parametrize(
+    "uploads",
+    [
+        pytest.param([(1, {0: 0}, 100), (2, {0: 0, 1: 101}, 155)], id="old-epoch-ends-right-before-the-new"),
+        pytest.param([(2, {1: 101}, 155), (1, {0: 0}, 100)], id="old-segment-accepted-late-within-its-epoch"),
+        pytest.param([(1, {0: 0}, 100), (1, {0: 101}, 200)], id="newest-epoch-growing"),
+        pytest.param([(2, {0: 0, 1: 0}, 80), (2, {1: 81}, 155)], id="an-epoch-with-no-offsets"),
+    ],
+)
+def test_native_uploads_along_one_lineage_are_not_zombies(cluster, uploads):
+    cluster.change(10_000, leader=2)
+    for n, (broker, epochs, end) in enumerate(uploads):
+        native_upload(cluster, 11_000 + 1000 * n, f"seg-{n}", broker, epochs, end)
+    assert cluster.keys() == []
+
+
+def test_a_native_zombie_upload_that_never_finishes_is_not_a_violation(cluster):
+    cluster.change(10_000, leader=2)
+    native_upload(cluster, 11_000, "seg-new", 2, {0: 0, 1: 101}, 155)
+    body = s.remote_segment(
+        cluster.topic_id, 0, "seg-old", broker_id=1, start=0, end=123, leader_epochs={0: 0}, cleaner={}
+    )
+    native(cluster, 12_000, body)
+    assert cluster.keys() == []

@@ -24,6 +24,16 @@ def elect_broker_2(history: Any) -> None:
     history.change(ELECTION_MS, leader=2)
 
 
+def lineage(cleaner: dict[int, int]) -> dict[int, int]:
+    """The ``segmentLeaderEpochs`` of a segment from offset 0 whose epochs ended
+    where its cleaner-offset map says: each epoch starts after the previous one's end."""
+    starts, start = {}, 0
+    for epoch, end in sorted(cleaner.items()):
+        starts[epoch] = start
+        start = end + 1
+    return starts
+
+
 def upload(history: Any, ts_ms: int, segment: str, broker: int, cleaner: dict[int, int]) -> None:
     """``broker`` starts uploading ``segment`` with its cleaner-offset map."""
     body = s.remote_segment(
@@ -33,7 +43,7 @@ def upload(history: Any, ts_ms: int, segment: str, broker: int, cleaner: dict[in
         broker_id=broker,
         start=0,
         end=max(cleaner.values()),
-        leader_epochs={epoch: 0 for epoch in cleaner},
+        leader_epochs=lineage(cleaner),
         cleaner=cleaner,
     )
     history.remote(ts_ms, body)

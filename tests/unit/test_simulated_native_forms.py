@@ -7,8 +7,9 @@ take (``fencewatch ship quorum-state`` / ``ship remote-log-metadata``):
 
 - the renderings are Kafka's forms byte for byte (the samples in tests/data/native);
 - a history without faults raises nothing; every injected fault is caught by
-  its rule and nothing else is raised (REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is
-  not injected: no native form carries its cleaner offsets);
+  its rule and nothing else is raised (REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED
+  from the segments' ``segmentLeaderEpochs`` and ``endOffset``: no native form
+  carries cleaner offsets);
 - the same history gives the same alerts and counts on the envelope path and
   on the native path, although the native remote records have no offset;
 - the files kept with ``native_dir`` read back to the envelopes the history
@@ -35,7 +36,7 @@ from producers.native_forms import (
     quorum_state_file,
     record_string,
 )
-from producers.simulator import NOT_NATIVE, SimConfig, Simulator
+from producers.simulator import SimConfig, Simulator
 from tests.unit.test_simulated_histories import (
     FAULT_RULES,
     WARMUP_MS,
@@ -51,7 +52,8 @@ from tests.unit.test_simulated_histories import (
 )
 
 NATIVE = Path(__file__).resolve().parents[1] / "data" / "native"
-NATIVE_RULES = [r for r in FAULT_RULES if r.startswith(("QUORUM_", "REMOTE_")) and r != NOT_NATIVE]
+NATIVE_RULES = [r for r in FAULT_RULES if r.startswith(("QUORUM_", "REMOTE_"))]
+ZOMBIE_UPLOAD = "REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED"
 
 
 def simulate(
@@ -112,10 +114,13 @@ def test_a_readable_segment_id_becomes_one_kafka_uuid():
     assert uuid == kafka_uuid("seg-00000001") != kafka_uuid("seg-00000002")
 
 
-def test_the_zombie_upload_rule_is_not_injected_in_native_forms():
-    assert NOT_NATIVE not in simulate(1, 0.01).enabled
-    with pytest.raises(ValueError, match="cleaner offsets"):
-        simulate(1, 0.01, faults=(NOT_NATIVE,))
+def test_zombie_uploads_are_injected_in_native_forms_and_carry_no_cleaner_offsets():
+    sim = simulate(1, 0.02, faults=(ZOMBIE_UPLOAD,))
+    assert ZOMBIE_UPLOAD in simulate(1, 0.01).enabled
+    history = envelopes(sim, 20_000)
+    segments = [e.body["data"] for e in history if e.body.get("type") == "RemoteLogSegmentMetadataRecord"]
+    assert segments and all("cleanerOffsets" not in d and d["segmentLeaderEpochs"] for d in segments)
+    assert sim.injected.get(ZOMBIE_UPLOAD, 0) > 0
     with pytest.raises(ValueError, match="needs native_forms"):
         simulate(1, 0.01, native=False, native_dir="/nonexistent")
 
@@ -174,8 +179,7 @@ def same_alerts(envelope_path: Run, native_path: Run) -> None:
 @examples(3)
 @given(seed=seeds, events=st.integers(16_000, 24_000), fault_rate=st.sampled_from([0.0, 0.01, 0.02]))
 def test_the_native_path_raises_what_the_envelope_path_raises_on_the_same_history(seed, events, fault_rate):
-    faults = tuple(r for r in FAULT_RULES if r != NOT_NATIVE)
-    plain, native = (simulate(seed, fault_rate, faults, native=n) for n in (False, True))
+    plain, native = (simulate(seed, fault_rate, native=n) for n in (False, True))
     envelope_path = detect(envelopes(plain, events))
     native_path = detect(envelopes(native, events))
     assert native.truth == plain.truth

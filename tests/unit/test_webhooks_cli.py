@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from webhook_endpoints import Script, ScriptedEndpoint
 
 from streaming.metrics import Metrics
-from streaming.webhooks import Dispatcher, Endpoint
-from streaming.webhooks.outbox import DELIVERED, PARKED
+from webhooks import Dispatcher, Endpoint
+from webhooks.outbox import DELIVERED, PARKED
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.webhooks import Endpoint, WebhookConfigError, load_endpoints
+from webhooks import Endpoint, WebhookConfigError, load_endpoints
 
 SECRET_URL = "https://hooks.example.com/services/T000/B000/XXXXSECRETPATHXXXX"
 SECRET = "hmac-s3cret-value"

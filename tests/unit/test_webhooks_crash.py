@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from webhook_endpoints import Script, ScriptedEndpoint
 
 from streaming.metrics import Metrics
-from streaming.webhooks import Dispatcher, Endpoint
-from streaming.webhooks.outbox import DELIVERED, PENDING
+from webhooks import Dispatcher, Endpoint
+from webhooks.outbox import DELIVERED, PENDING
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ CHILD = """
 import sys, threading
 from prometheus_client import CollectorRegistry
 from streaming.metrics import Metrics
-from streaming.webhooks import Dispatcher, Endpoint
+from webhooks import Dispatcher, Endpoint
 
 outbox, url = sys.argv[1:]
 endpoint = Endpoint("oncall", url, rate_per_second=1000.0, burst=1000, timeout_seconds=120.0)

@@ -1,5 +1,5 @@
 """Webhook delivery over real HTTP: the dispatcher against the real receiver
-(``streaming.webhooks.receiver``) and scripted endpoints (``webhook_endpoints``:
+(``webhooks.receiver``) and scripted endpoints (``webhook_endpoints``:
 a poison alert, 404, redirects, Retry-After, a byte-dripping server) on
 127.0.0.1 and random ports.
 
@@ -27,10 +27,10 @@ from prometheus_client import CollectorRegistry
 from webhook_endpoints import Script, ScriptedEndpoint
 
 from streaming.metrics import Metrics
-from streaming.webhooks import Dispatcher, Endpoint
-from streaming.webhooks.outbox import DELIVERED, PARKED, PENDING
-from streaming.webhooks.receiver import WebhookReceiver
-from streaming.webhooks.signing import ALERT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+from webhooks import Dispatcher, Endpoint
+from webhooks.outbox import DELIVERED, PARKED, PENDING
+from webhooks.receiver import WebhookReceiver
+from webhooks.signing import ALERT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 SECRET = b"test-hmac-secret"
 _ids = itertools.count(1)
@@ -204,7 +204,7 @@ def test_wrong_secret_gets_401_and_the_alert_waits_until_the_secret_is_fixed(
     )
     alert = make_alert()
     dispatcher.enqueue([alert])
-    with caplog.at_level(logging.WARNING, logger="streaming.webhooks"):
+    with caplog.at_level(logging.WARNING, logger="webhooks"):
         assert dispatcher.deliver_due() == 0
     assert receiver.rejected == 1 and receiver.received == []
     assert dispatcher.outbox.states("oncall") == {alert["alert_id"]: PENDING}
@@ -697,7 +697,7 @@ def test_a_4xx_is_parked_with_a_log_line_naming_status_and_endpoint(
     dispatcher = make_dispatcher([endpoint("chat", receiver.url("/hook"))])
     first, second = make_alert(), make_alert()
     dispatcher.enqueue([first, second])
-    with caplog.at_level(logging.WARNING, logger="streaming.webhooks"):
+    with caplog.at_level(logging.WARNING, logger="webhooks"):
         dispatcher.deliver_due()
     # Each alert is judged on its own: a 400 is about that request, not the endpoint.
     assert receiver.requests == 2
@@ -728,7 +728,7 @@ def test_alerts_older_than_max_age_are_parked_with_their_last_answer(
     assert sample(metrics, "fencewatch_webhook_backlog", endpoint="oncall") == 2
     receiver.answer_with(None)
     clock.advance(16)
-    with caplog.at_level(logging.WARNING, logger="streaming.webhooks"):
+    with caplog.at_level(logging.WARNING, logger="webhooks"):
         assert dispatcher.deliver_due() == 0
     assert receiver.received == []
     assert set(dispatcher.outbox.states("oncall").values()) == {PARKED}

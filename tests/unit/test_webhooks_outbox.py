@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from streaming.metrics import Metrics
-from streaming.webhooks import Dispatcher, Endpoint
-from streaming.webhooks.outbox import DELIVERED, PARKED, PENDING, Answer, Outbox, OutboxError
-from streaming.webhooks.receiver import WebhookReceiver
+from webhooks import Dispatcher, Endpoint
+from webhooks.outbox import DELIVERED, PARKED, PENDING, Answer, Outbox, OutboxError
+from webhooks.receiver import WebhookReceiver
 
 # The first release's table, as it created it (schema version 0).
 FIRST_RELEASE_SCHEMA = (

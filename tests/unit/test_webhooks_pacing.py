@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from streaming.webhooks.pacing import Circuit, retry_after_seconds
+from webhooks.pacing import Circuit, retry_after_seconds
 
 NOW = 1_800_000_000.0
 CAP = 300.0

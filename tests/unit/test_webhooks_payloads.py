@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from detectors.alerts import Alert, Evidence
-from streaming.webhooks.pacing import TokenBucket, backoff_seconds, retry_after_seconds
-from streaming.webhooks.payloads import ZERO_TIME, render, slack_text
+from webhooks.pacing import TokenBucket, backoff_seconds, retry_after_seconds
+from webhooks.payloads import ZERO_TIME, render, slack_text
 
 TS_MS = 1_800_000_000_123
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")

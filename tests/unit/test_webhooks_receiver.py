@@ -21,9 +21,9 @@ import httpx
 import orjson
 import pytest
 
-from streaming.webhooks.http_server import ServerLimits
-from streaming.webhooks.receiver import WebhookReceiver
-from streaming.webhooks.signing import ALERT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from webhooks.http_server import ServerLimits
+from webhooks.receiver import WebhookReceiver
+from webhooks.signing import ALERT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 SECRET = b"receiver-test-secret"
 ALERT = {"alert_id": "abc123", "rule": "QUORUM_DOUBLE_VOTE", "severity": "critical", "message": "m"}

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming.webhooks.signing import (
+from webhooks.signing import (
     ALERT_ID_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

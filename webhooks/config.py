@@ -47,6 +47,7 @@ from typing import Any
 
 from detectors import rules
 from detectors.alerts import SEVERITIES
+from detectors.probe_rules import PROBE_RULES
 
 FORMATS = ("json", "alertmanager", "slack")
 
@@ -177,9 +178,10 @@ def _endpoint(table: dict[str, Any], index: int, where: str, base: Path, env: Ma
     bad = sorted(lists["severities"] - set(SEVERITIES))
     if bad:
         raise WebhookConfigError(f"{ctx}: unknown severities {bad}; use {', '.join(SEVERITIES)}")
-    bad = sorted(lists["rules"] - set(rules.RULES))
+    known_rules = [*rules.RULES, *PROBE_RULES]
+    bad = sorted(lists["rules"] - set(known_rules))
     if bad:
-        hints = [m for b in bad for m in difflib.get_close_matches(b, rules.RULES, n=1)]
+        hints = [m for b in bad for m in difflib.get_close_matches(b, known_rules, n=1)]
         hint = f"; did you mean {hints}?" if hints else "; see docs/rules.md for the rule ids"
         raise WebhookConfigError(f"{ctx}: unknown rule ids {bad}{hint}")
 

@@ -1,7 +1,7 @@
 """Webhook alert delivery: endpoints from a TOML file, a durable SQLite
 outbox, and a dispatcher that delivers each alert to each endpoint once.
 
-    from streaming.webhooks import Dispatcher, load_endpoints
+    from webhooks import Dispatcher, load_endpoints
 
     dispatcher = Dispatcher(load_endpoints("webhooks.toml"), "webhooks.sqlite", metrics)
     dispatcher.start()
@@ -18,7 +18,7 @@ retry policy), ``receiver`` (a receiver for tests and docker-compose) on
 
 from __future__ import annotations
 
-from streaming.webhooks.config import Endpoint, WebhookConfigError, load_endpoints
-from streaming.webhooks.dispatcher import Dispatcher
+from webhooks.config import Endpoint, WebhookConfigError, load_endpoints
+from webhooks.dispatcher import Dispatcher
 
 __all__ = ["Dispatcher", "Endpoint", "WebhookConfigError", "load_endpoints"]

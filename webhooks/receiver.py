@@ -1,10 +1,10 @@
-"""A small webhook receiver: the other end of :mod:`streaming.webhooks.dispatcher`,
+"""A small webhook receiver: the other end of :mod:`webhooks.dispatcher`,
 for docker-compose, end-to-end tests and trying an endpoint config out.
 
 It accepts POSTs carrying any of the three fencewatch formats (generic JSON,
 Alertmanager v4, Slack-style text) on any path. With a secret it trusts only
 what is signed: every request on every path must carry a valid ``v1``
-signature over its timestamp, alert id and body (:mod:`streaming.webhooks.signing`)
+signature over its timestamp, alert id and body (:mod:`webhooks.signing`)
 with the timestamp within ``max_skew_seconds`` of now. An unsigned request, or
 one whose signature does not verify, gets 401; a signing header that cannot be
 read gets 400. Each refusal is answered with a one-line reason. Alertmanager
@@ -23,7 +23,7 @@ given, written as one JSON line: ``received_at`` (Unix seconds), ``path``,
 record nothing, to stand in for a failing endpoint.
 
 HTTP itself (connection, body-size and time limits) is
-:mod:`streaming.webhooks.http_server`'s job.
+:mod:`webhooks.http_server`'s job.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import IO, Any
 
 import orjson
 
-from streaming.webhooks.http_server import Answer, BoundedHttpServer, ServerLimits
-from streaming.webhooks.signing import (
+from webhooks.http_server import Answer, BoundedHttpServer, ServerLimits
+from webhooks.signing import (
     ALERT_ID_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

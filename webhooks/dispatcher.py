@@ -2,7 +2,7 @@
 receivers that honour ``X-Fencewatch-Alert-Id``) effectively once.
 
 The job calls :meth:`Dispatcher.enqueue` with each micro-batch's alerts; that
-only writes the outbox (``streaming.webhooks.outbox``) and returns, so a slow
+only writes the outbox (``webhooks.outbox``) and returns, so a slow
 or dead endpoint never holds up the stream. Delivery happens in background
 threads, one per endpoint so that one endpoint timing out never delays
 another, or in :meth:`Dispatcher.deliver_due` called directly (tests).
@@ -25,7 +25,7 @@ endpoint holds the endpoint back.
   that is down gets one probe per backoff interval, not its backlog. These
   failures never count toward ``max_attempts``: an outage parks nothing before
   ``max_age_seconds``.
-- A circuit breaker (``streaming.webhooks.pacing.Circuit``) covers endpoints
+- A circuit breaker (``webhooks.pacing.Circuit``) covers endpoints
   that answer everything with 500s, or reject everything: when
   ``CIRCUIT_ROWS`` different alerts fail in a row with no delivery between
   them, the endpoint is held back for a backoff that doubles each time, and
@@ -41,7 +41,7 @@ and stay in the outbox until ``fencewatch webhooks resend`` makes them pending
 again; this dispatcher then delivers them like new ones.
 
 ``timeout_seconds`` bounds the whole request, connect to the last byte of the
-answer (``streaming.webhooks.transport``). A row is marked delivered only
+answer (``webhooks.transport``). A row is marked delivered only
 after the endpoint answered 2xx; if the job dies between the answer and the
 mark, the row is sent again after the restart with the same
 ``X-Fencewatch-Alert-Id``.
@@ -60,14 +60,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import orjson
+from prometheus_client import Counter, Gauge
 
-from streaming.metrics import Metrics
-from streaming.webhooks.config import Endpoint
-from streaming.webhooks.outbox import (
+from webhooks.config import Endpoint
+from webhooks.outbox import (
     MAX_AGE,
     PARK_REASONS,
     REDIRECT,
@@ -78,10 +78,10 @@ from streaming.webhooks.outbox import (
     Entry,
     Outbox,
 )
-from streaming.webhooks.pacing import Circuit, TokenBucket, backoff_seconds, retry_after_seconds
-from streaming.webhooks.payloads import render
-from streaming.webhooks.signing import ALERT_ID_HEADER, sign
-from streaming.webhooks.transport import DeadlinePoster, PostFailed, Reply
+from webhooks.pacing import Circuit, TokenBucket, backoff_seconds, retry_after_seconds
+from webhooks.payloads import render
+from webhooks.signing import ALERT_ID_HEADER, sign
+from webhooks.transport import DeadlinePoster, PostFailed, Reply
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,19 @@ class Outcome:
     retry_after_seconds: float | None = None
 
 
+class DeliveryMetrics(Protocol):
+    """The webhook series the dispatcher feeds, each labelled by ``endpoint``
+    (``streaming.metrics.Metrics`` defines them on the job's registry)."""
+
+    webhook_deliveries: Counter
+    webhook_failures: Counter  # also by ``reason``
+    webhook_parkings: Counter  # also by ``reason``
+    webhook_parked: Gauge
+    webhook_rate_limited: Counter
+    webhook_backlog: Gauge
+    webhook_oldest_pending: Gauge
+
+
 class Dispatcher:
     """Webhook delivery for the job's driver: ``enqueue`` alerts, ``start`` the threads, ``stop``.
 
@@ -144,7 +157,7 @@ class Dispatcher:
         self,
         endpoints: Sequence[Endpoint],
         outbox_path: str | os.PathLike[str],
-        metrics: Metrics,
+        metrics: DeliveryMetrics,
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,

@@ -1,0 +1,180 @@
+"""Publish a live ``__cluster_metadata-0`` as envelopes, each record once.
+
+The follower (:class:`producers.metadata_log_follower.MetadataLogFollower`)
+reads the directory; this publishes what it yields and keeps the resume
+position in a state file. A position is saved only once every record before
+it was acknowledged by the broker, so a restart (even after SIGKILL) loses
+nothing and repeats only records that were sent but not yet confirmed; a
+clean stop flushes first and repeats nothing. Records carry their log offset,
+by which the detector drops a repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from detectors.envelope import DeadLetter, Envelope
+from producers.kafka_publisher import KafkaPublisher
+from producers.metadata_log import MetadataLogStats
+from producers.metadata_log_follower import LogPosition, MetadataLogFollower
+from producers.tail import StateError
+
+FORMAT = "metadata-log"
+
+
+class MetadataLogState:
+    """The follower's :class:`LogPosition` for one directory, as JSON, replaced
+    atomically (written aside, fsynced, renamed over) on every save."""
+
+    def __init__(self, path: str, directory: str) -> None:
+        self.path = path
+        self.directory = os.path.abspath(directory)
+
+    def load(self) -> LogPosition | None:
+        """The saved position; None without a state file; :class:`StateError`
+        for one that is unreadable or belongs to another directory."""
+        try:
+            with open(self.path, "rb") as f:
+                obj = json.loads(f.read())
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise StateError(f"state file {self.path} is not JSON: {exc}") from None
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            raise StateError(f"state file {self.path} is not a metadata-log position")
+        if obj.get("directory") != self.directory:
+            raise StateError(
+                f"state file {self.path} belongs to {obj.get('directory')}, not {self.directory}; "
+                "use --state-file to keep a separate one"
+            )
+        try:
+            segment = obj["segment"]
+            segment = None if segment is None else int(segment)
+            position = LogPosition(int(obj["next_offset"]), segment, int(obj["byte"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"state file {self.path}: bad position: {exc!r}") from None
+        return position
+
+    def save(self, position: LogPosition) -> None:
+        tmp = f"{self.path}.tmp"
+        data = {"format": FORMAT, "directory": self.directory, **position.to_dict()}
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, json.dumps(data, sort_keys=True).encode() + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+
+
+class MetadataLogShipper:
+    """Publishes what a follower yields; saves positions once delivered.
+
+    Each position is queued with the number of records produced before it and
+    saved when the publisher has confirmed all of them (``confirmed_below``),
+    as the request-log shipper does.
+    """
+
+    def __init__(
+        self,
+        publisher: KafkaPublisher,
+        state: MetadataLogState,
+        *,
+        cluster: str,
+        node: int | None,
+        stats: MetadataLogStats,
+        status_interval_seconds: float = 30.0,
+        checkpoint_interval_seconds: float = 1.0,
+        flush_timeout_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        status: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.publisher = publisher
+        self.state = state
+        self.cluster = cluster
+        self.node = node
+        self.stats = stats
+        self.status_interval_seconds = status_interval_seconds
+        self.checkpoint_interval_seconds = checkpoint_interval_seconds
+        self.flush_timeout_seconds = flush_timeout_seconds
+        self._clock = clock
+        self._status = status
+        self._pending: deque[tuple[int, LogPosition]] = deque()
+        self._saved: LogPosition | None = None
+        self._follower: MetadataLogFollower | None = None
+        self._last_save = self._last_status = clock()
+
+    def run(self, follower: MetadataLogFollower) -> None:
+        """Ship until the follower stops; flush and save. Raises DeliveryError."""
+        self._follower = follower
+        origin: dict[str, Any] = {"format": FORMAT, "cluster": self.cluster, "node": self.node}
+        try:
+            for item in follower.items():
+                if isinstance(item, Envelope):
+                    self.publisher.publish(item)
+                elif isinstance(item, DeadLetter):
+                    where = {**origin, "file": item.position.rpartition(":")[0]}
+                    self.publisher.dead_letter(item, where, key=self.cluster)
+                else:
+                    self._mark(item)
+                    self._tick()
+        finally:
+            try:
+                self.publisher.flush(self.flush_timeout_seconds)
+            finally:
+                self._save_confirmed()
+
+    def on_idle(self) -> None:
+        """The follower found nothing new: serve delivery reports, save, report."""
+        self.publisher.poll(0)
+        self._save_confirmed()
+        self._tick()
+
+    def _mark(self, position: LogPosition) -> None:
+        bound = self.publisher.stats.produced
+        if self._pending and self._pending[-1][0] == bound:
+            self._pending[-1] = (bound, position)
+        else:
+            self._pending.append((bound, position))
+
+    def _save_confirmed(self) -> None:
+        confirmed_below = self.publisher.confirmed_below
+        confirmed = None
+        while self._pending and self._pending[0][0] <= confirmed_below:
+            confirmed = self._pending.popleft()[1]
+        if confirmed is not None and confirmed != self._saved:
+            self.state.save(confirmed)
+            self._saved = confirmed
+        self._last_save = self._clock()
+
+    def _tick(self) -> None:
+        now = self._clock()
+        if now - self._last_save >= self.checkpoint_interval_seconds:
+            self._save_confirmed()
+        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
+            self._last_status = now
+            self._status(self.summary())
+        if self.publisher.stats.failed and self._follower is not None:
+            self._follower.stop()  # stop reading; the exit flush reports the failures
+
+    def summary(self) -> str:
+        s = self.publisher.stats
+        at = self._saved.next_offset if self._saved is not None else "nothing yet"
+        skipped = self.stats.control_records + self.stats.unread
+        follow = self._follower.follow if self._follower is not None else None
+        read = (
+            f"{len(follow.snapshots)} snapshot(s) and {follow.segments} segment(s) read, "
+            f"{follow.already_published} records skipped as published already, "
+            if follow is not None
+            else ""
+        )
+        return (
+            f"{FORMAT}: {s.envelopes} records shipped, {s.dead_letters} dead letters "
+            f"({s.delivered} delivered, {s.in_flight} in flight, {s.failed} failed), {read}{skipped} control "
+            f"records and records without a schema skipped; saved position: next offset {at}"
+        )

@@ -1,0 +1,57 @@
+"""The packages' dependency direction (docs/architecture.md, "Packages"), read
+from every module's imports, including those inside functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("detectors", "producers", "webhooks", "streaming", "fencewatch")
+# package -> the project packages it may import besides itself
+ALLOWED = {
+    "detectors": set(),
+    "producers": {"detectors"},
+    "webhooks": {"detectors"},
+    "streaming": {"detectors", "webhooks"},
+    "fencewatch": {"detectors", "producers", "webhooks", "streaming"},
+}
+
+
+def project_imports(path: Path) -> set[str]:
+    """The project packages a module imports (the first part of each module name)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        found.update(name.split(".")[0] for name in names if name.split(".")[0] in PACKAGES)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_imports_only_what_it_may(package: str) -> None:
+    problems = []
+    for path in sorted((REPO_ROOT / package).rglob("*.py")):
+        extra = project_imports(path) - ALLOWED[package] - {package}
+        if extra:
+            problems.append(f"{path.relative_to(REPO_ROOT)} imports {sorted(extra)}")
+    assert problems == []
+
+
+def test_webhook_delivery_is_its_own_package_not_spark() -> None:
+    assert not (REPO_ROOT / "streaming" / "webhooks").exists()
+    assert (REPO_ROOT / "webhooks" / "__init__.py").is_file()
+
+
+def test_the_ship_command_only_parses_and_wires() -> None:
+    """The shippers live in producers/; fencewatch/ship.py defines no class of its own."""
+    tree = ast.parse((REPO_ROOT / "fencewatch" / "ship.py").read_text(encoding="utf-8"))
+    assert [node.name for node in tree.body if isinstance(node, ast.ClassDef)] == []
+    shippers = {path.stem for path in (REPO_ROOT / "producers").glob("*_shipper.py")}
+    assert {"request_log_shipper", "quorum_state_shipper", "metadata_log_shipper", "dump_shipper"} <= shippers
