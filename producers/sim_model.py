@@ -77,13 +77,18 @@ class Raft:
         self.history.append((true_ms, leader))
 
 
-def stamped_at(true_ms: int, kind: str) -> int:
+# How long a simulated request takes from arrival to response: its
+# ``totalTimeMs``, rounded up as the detector rounds it.
+HANDLING_MS = math.ceil(shapes.TOTAL_TIME_MS)
+
+
+def stamped_at(true_ms: int, kind: str, handling_ms: int = HANDLING_MS) -> int:
     """The true time at which an envelope emitted at ``true_ms`` is stamped. A
     request arrives at ``true_ms`` and is handled on the state of then; Kafka's
     request log stamps its line when the response completes (RequestChannel),
     ``totalTimeMs`` later. Stamped at arrival, it would show knowledge of records
     written while it was handled, before it arrived by its own time."""
-    return true_ms + math.ceil(shapes.TOTAL_TIME_MS) if kind == "request" else true_ms
+    return true_ms + handling_ms if kind == "request" else true_ms
 
 
 class ClusterModel:
@@ -99,6 +104,7 @@ class ClusterModel:
         skew_ms: int,
         metadata_version: int,
         clocks: Clocks | None = None,
+        handling_ms: int = HANDLING_MS,
     ):
         self.cluster = cluster
         self.rng = rng
@@ -111,6 +117,7 @@ class ClusterModel:
         self.clock_skew: dict[int, int] = {}
         self.skew_ms = skew_ms
         self.clocks = clocks if clocks is not None else Clocks((), 0)
+        self.handling_ms = handling_ms
         self.metadata_offset = 0
         self.correlation = 0
         self.segment_seq = 0
@@ -160,7 +167,7 @@ class ClusterModel:
             offset, ts_ms = self.metadata_offset, self.node_ts(self.raft.leader, true_ms)
         else:
             assert node is not None
-            ts_ms = self.node_ts(node, stamped_at(true_ms, kind))
+            ts_ms = self.node_ts(node, stamped_at(true_ms, kind, self.handling_ms))
         self.out.append((true_ms, shapes.envelope(self.cluster, kind, ts_ms, body, node=node, offset=offset)))
         return ts_ms
 

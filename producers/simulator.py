@@ -29,7 +29,7 @@ from producers import shapes
 from producers.native_forms import NATIVE_KINDS, NativeRoute
 from producers.sim_clocks import ClockFault, Clocks, Failover
 from producers.sim_faults import Faults
-from producers.sim_model import CONTROLLER_IDS, ClusterModel
+from producers.sim_model import CONTROLLER_IDS, HANDLING_MS, ClusterModel
 from producers.sim_traffic import Traffic
 
 # A weight per legitimate action; roughly how often it happens per simulated step.
@@ -73,6 +73,9 @@ class SimConfig:
     # KRaft's metadata.max.idle.interval.ms (KIP-835, Kafka 3.3+): a NoOp record
     # this often in the metadata log; 0 writes none, as older Kafka did.
     noop_interval_ms: int = 500
+    # Request lines stamped when the response completes (producers.sim_model.stamped_at);
+    # False stamps them at arrival, as histories simulated before 2026-11-27 were.
+    stamp_requests_at_completion: bool = True
     skew_ms: int = 200  # each node's clock is off by up to this much
     metadata_version: int = 21  # KRaft feature level; below 12 ISR shrinks bump the leader epoch
     events_per_second: int = 2000  # simulated traffic rate
@@ -128,6 +131,7 @@ class Simulator:
             skew_ms=config.skew_ms,
             metadata_version=config.metadata_version,
             clocks=Clocks(config.clocks, config.start_ms),
+            handling_ms=HANDLING_MS if config.stamp_requests_at_completion else 0,
         )
         # Forced elections to come, in true-time order: (true time, winner or None).
         self._forced = sorted((config.start_ms + f.at_ms, f.to) for f in config.failovers)
