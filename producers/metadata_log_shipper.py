@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from detectors.envelope import DeadLetter, Envelope
+from producers.confirmed_positions import ConfirmedPositions
 from producers.kafka_publisher import KafkaPublisher
 from producers.metadata_log import MetadataLogStats
 from producers.metadata_log_follower import LogPosition, MetadataLogFollower
@@ -75,9 +75,8 @@ class MetadataLogState:
 class MetadataLogShipper:
     """Publishes what a follower yields; saves positions once delivered.
 
-    Each position is queued with the number of records produced before it and
-    saved when the publisher has confirmed all of them (``confirmed_below``),
-    as the request-log shipper does.
+    Positions are saved once delivery confirms them
+    (producers.confirmed_positions), as the request-log shipper's are.
     """
 
     def __init__(
@@ -104,8 +103,7 @@ class MetadataLogShipper:
         self.flush_timeout_seconds = flush_timeout_seconds
         self._clock = clock
         self._status = status
-        self._pending: deque[tuple[int, LogPosition]] = deque()
-        self._saved: LogPosition | None = None
+        self._positions: ConfirmedPositions[LogPosition] = ConfirmedPositions(publisher, state.save)
         self._follower: MetadataLogFollower | None = None
         self._last_save = self._last_status = clock()
 
@@ -121,7 +119,7 @@ class MetadataLogShipper:
                     where = {**origin, "file": item.position.rpartition(":")[0]}
                     self.publisher.dead_letter(item, where, key=self.cluster)
                 else:
-                    self._mark(item)
+                    self._positions.mark(item)
                     self._tick()
         finally:
             try:
@@ -135,21 +133,8 @@ class MetadataLogShipper:
         self._save_confirmed()
         self._tick()
 
-    def _mark(self, position: LogPosition) -> None:
-        bound = self.publisher.stats.produced
-        if self._pending and self._pending[-1][0] == bound:
-            self._pending[-1] = (bound, position)
-        else:
-            self._pending.append((bound, position))
-
     def _save_confirmed(self) -> None:
-        confirmed_below = self.publisher.confirmed_below
-        confirmed = None
-        while self._pending and self._pending[0][0] <= confirmed_below:
-            confirmed = self._pending.popleft()[1]
-        if confirmed is not None and confirmed != self._saved:
-            self.state.save(confirmed)
-            self._saved = confirmed
+        self._positions.save_confirmed()
         self._last_save = self._clock()
 
     def _tick(self) -> None:
@@ -164,7 +149,8 @@ class MetadataLogShipper:
 
     def summary(self) -> str:
         s = self.publisher.stats
-        at = self._saved.next_offset if self._saved is not None else "nothing yet"
+        saved = self._positions.saved
+        at = saved.next_offset if saved is not None else "nothing yet"
         skipped = self.stats.control_records + self.stats.unread
         follow = self._follower.follow if self._follower is not None else None
         read = (

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import deque
 from collections.abc import Callable
 
 from detectors.envelope import DeadLetter, Envelope
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES
 from detectors.parse_request_log import RequestLogStats, iter_request_log
+from producers.confirmed_positions import ConfirmedPositions
 from producers.kafka_publisher import KafkaPublisher
 from producers.tail import FileFollower, FilePosition, Segment, StateFile, StopFollowing
 
@@ -61,9 +61,7 @@ class RequestLogShipper:
         self.max_record_bytes = max_record_bytes
         self._clock = clock
         self._status = status
-        self._checkpoints: deque[tuple[int, FilePosition]] = deque()
-        self._confirmed: FilePosition | None = None
-        self._saved: FilePosition | None = None
+        self._positions: ConfirmedPositions[FilePosition] = ConfirmedPositions(publisher, state.save)
         self._segment: Segment | None = None
         self._stats = RequestLogStats()
         self._follower: FileFollower | None = None
@@ -123,20 +121,10 @@ class RequestLogShipper:
         if self._segment is None:
             return
         consumed = self._stats.finished_lines
-        position = self._segment.position_after(consumed)
-        bound = self.publisher.stats.produced
-        if self._checkpoints and self._checkpoints[-1][0] == bound:
-            self._checkpoints[-1] = (bound, position)
-        elif self._confirmed != position:
-            self._checkpoints.append((bound, position))
+        self._positions.mark(self._segment.position_after(consumed))
 
     def _save_confirmed(self) -> None:
-        confirmed_below = self.publisher.confirmed_below
-        while self._checkpoints and self._checkpoints[0][0] <= confirmed_below:
-            self._confirmed = self._checkpoints.popleft()[1]
-        if self._confirmed is not None and self._confirmed != self._saved:
-            self.state.save(self._confirmed)
-            self._saved = self._confirmed
+        self._positions.save_confirmed()
         self._last_save = self._clock()
 
     def _tick(self) -> None:
@@ -161,7 +149,7 @@ class RequestLogShipper:
         segment = self._segment
         if segment is None:
             return 0
-        confirmed = self._confirmed
+        confirmed = self._positions.confirmed
         same_file = confirmed is not None and (confirmed.dev, confirmed.ino) == (segment.dev, segment.ino)
         done = confirmed.offset if same_file and confirmed is not None else segment.start_offset
         return max(0, segment.size() - done)

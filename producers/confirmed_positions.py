@@ -1,0 +1,45 @@
+"""Resume positions saved only once delivery confirms them, for every shipper
+that follows a file or a log (producers.request_log_shipper,
+producers.metadata_log_shipper).
+
+Each position is queued with the number of records produced before it and
+saved when the publisher has confirmed all of them
+(``KafkaPublisher.confirmed_below``): a restart, even after SIGKILL, loses
+nothing and repeats only records sent but not yet confirmed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from producers.kafka_publisher import KafkaPublisher
+
+P = TypeVar("P")
+
+
+class ConfirmedPositions(Generic[P]):
+    def __init__(self, publisher: KafkaPublisher, save: Callable[[P], None]) -> None:
+        self._publisher = publisher
+        self._save = save
+        self._waiting: deque[tuple[int, P]] = deque()  # (records produced before it, position)
+        self.confirmed: P | None = None  # the newest position every record before which is delivered
+        self.saved: P | None = None
+
+    def mark(self, position: P) -> None:
+        """``position`` follows every record produced so far."""
+        bound = self._publisher.stats.produced
+        if self._waiting and self._waiting[-1][0] == bound:
+            self._waiting[-1] = (bound, position)
+        elif self.confirmed != position:
+            self._waiting.append((bound, position))
+
+    def save_confirmed(self) -> None:
+        """Save the newest position the publisher's confirmations cover, if new."""
+        confirmed_below = self._publisher.confirmed_below
+        while self._waiting and self._waiting[0][0] <= confirmed_below:
+            self.confirmed = self._waiting.popleft()[1]
+        if self.confirmed is not None and self.confirmed != self.saved:
+            self._save(self.confirmed)
+            self.saved = self.confirmed
