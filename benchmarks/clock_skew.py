@@ -22,17 +22,19 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from detectors.clocks import ClockInterval
 from detectors.config import DetectorConfig
-from detectors.engine import Detector
 from detectors.envelope import Envelope, envelope_from_obj
+from detectors.split import Split
 from detectors.stats import UnverifiedReason
 from detectors.truth import confusion
 from producers.simulator import SimConfig, Simulator
@@ -88,12 +90,22 @@ def merged_by_time(history: list[Envelope]) -> list[Envelope]:
     return list(heapq.merge(*sources.values(), key=lambda e: e.ts_ms))
 
 
-def judge(history: list[Envelope], config: DetectorConfig) -> tuple[list[dict[str, Any]], Detector]:
-    detector = Detector(config, now_ms=lambda: 0)
+def judge(
+    history: list[Envelope], config: DetectorConfig, buckets: int
+) -> tuple[list[dict[str, Any]], Split]:
+    """The alerts of the cluster split into ``buckets`` as the streaming job splits it."""
+    split = Split(buckets, config)
     for env in history:
-        detector.ingest(env)
-    detector.flush()
-    return [a.to_dict() for a in detector.drain()], detector
+        split.ingest(env)
+    return [a.to_dict() for a in split.finish()], split
+
+
+def describe_offset(offset: dict[str, Any]) -> str:
+    """What a snapshot's merged interval (stats.merge_clock_offsets) says of ``BROKER``'s clock."""
+    low, high = offset["low_ms"], offset["high_ms"]
+    return ClockInterval(
+        -math.inf if low is None else low, math.inf if high is None else high, offset["measured"]
+    ).describe(BROKER)
 
 
 def main() -> None:
@@ -103,6 +115,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rows", default="", help="comma-separated row names (default: every row)")
+    parser.add_argument(
+        "--buckets",
+        type=int,
+        default=1,
+        help="judge as the streaming job with this many buckets, each measuring clocks from its own "
+        "partitions' requests (default 1: the whole cluster, as replay)",
+    )
     args = parser.parse_args()
 
     sim = Simulator(SimConfig(seed=args.seed))
@@ -113,7 +132,8 @@ def main() -> None:
     wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
     table = rows(mid_ms)
     print(
-        f"{len(raw)} simulated events (seed {args.seed}), {len(truth)} injected violations; broker {BROKER}"
+        f"{len(raw)} simulated events (seed {args.seed}), {len(truth)} injected violations; broker {BROKER}; "
+        f"{args.buckets} bucket(s)"
     )
     print(
         f"{'row':28} {'order':6} {'caught':>6} {'false':>6} {'missed':>6} {'late':>6} "
@@ -128,18 +148,18 @@ def main() -> None:
         history = [envelope_from_obj(e, f"sim:{i}", i) for i, e in enumerate(shifted)]
         for order, events in (("true", history), ("merged", merged_by_time(history))):
             started = time.perf_counter()
-            alerts, detector = judge(events, config)
+            alerts, split = judge(events, config, args.buckets)
             elapsed = time.perf_counter() - started
             table_ = confusion(alerts, shifted_truth)
             tp = sum(r["tp"] for r in table_.values())
             fp = sum(r["fp"] for r in table_.values())
             fn = sum(r["fn"] for r in table_.values())
-            unverified = detector.counters.unverified
+            snapshot = split.snapshot(sim.config.cluster)
+            unverified = cast(dict[str, int], snapshot["unverified"])
             late = unverified.get(UnverifiedReason.TOO_LATE.value, 0)
             uncertain = unverified.get(UnverifiedReason.CLOCK_UNCERTAIN.value, 0)
-            cs = detector.clusters[sim.config.cluster]
-            measured = cs.clocks.measured_nodes(cs.metadata_clock.shift_ms)
-            said = measured[BROKER].describe(BROKER) if BROKER in measured else "-"
+            offsets = cast(dict[str, dict[str, Any]], snapshot["clock_offsets"])
+            said = describe_offset(offsets[str(BROKER)]) if str(BROKER) in offsets else "-"
             print(
                 f"{name:28} {order:6} {tp:6} {fp:6} {fn:6} {late:6} {uncertain:9}  {said}  ({elapsed:.1f} s)"
             )

@@ -128,8 +128,9 @@ class EvidenceLine:
     __slots__ = ("blind", "cuts", "high", "last_ts", "low", "newest", "version")
 
     def __init__(self) -> None:
-        # bucket -> (the lowest upper bound, when the record it refers to was written)
-        self.high: dict[int, tuple[int, int]] = {}
+        # bucket -> (the lowest upper bound, when the record it refers to was written:
+        # None for a record whose epoch had been followed by the next already)
+        self.high: dict[int, tuple[int, int | None]] = {}
         self.low: dict[int, int] = {}
         self.newest = -(2**62)
         self.version = 0
@@ -161,7 +162,10 @@ class EvidenceLine:
         self.low = {b: bound - margin_ms for b, bound in self.low.items()}
         self.version += 1
 
-    def add(self, node_ms: int, bound: int, created_ms: int, upper: bool, keep_ms: int) -> None:
+    def add(self, node_ms: int, bound: int, created_ms: int | None, upper: bool, keep_ms: int) -> None:
+        """An upper or lower bound of the node's offset at ``node_ms``. ``created_ms``:
+        when the record the request knew was written, None where that cannot
+        corroborate another bound (ClockBook._corroborated)."""
         bucket = node_ms // BUCKET_MS
         if upper:
             known = self.high.get(bucket)
@@ -261,7 +265,7 @@ class ClockBook:
             _, old = self._created_order.popleft()
             self.created.pop(old, None)
         for (node, upper, _), arrival in self.waiting.pop(ref, {}).items():
-            self._bound(node, arrival, ts_ms, upper)
+            self._bound(node, arrival, ts_ms, upper, fresh=True)
 
     def knows(self, node: int, arrival_ms: int, ref: EpochRef) -> None:
         """``node`` handled, from ``arrival_ms`` on, a request that carried ``ref``."""
@@ -277,7 +281,12 @@ class ClockBook:
     def _claim(self, node: int, arrival_ms: int, ref: EpochRef, upper: bool) -> None:
         created = self.created.get(ref)
         if created is not None:
-            self._bound(node, arrival_ms, created, upper)
+            # A claim about an epoch already followed by the next (a stale client,
+            # a zombie's request) bounds the clock, loosely: it says nothing of how
+            # soon the node learns new epochs, so it corroborates nothing.
+            partition, kind, epoch = ref
+            fresh = (partition, kind, epoch + 1) not in self.created
+            self._bound(node, arrival_ms, created, upper, fresh)
             return
         claims = self.waiting.get(ref)
         if claims is None:
@@ -298,9 +307,12 @@ class ClockBook:
             line = self.lines[node] = EvidenceLine()
         return line
 
-    def _bound(self, node: int, node_ms: int, created_ms: int, upper: bool) -> None:
-        """Evidence: ``node``'s request at ``node_ms`` knew of (or caused) the record at ``created_ms``."""
-        self._line(node).add(node_ms, node_ms - created_ms, created_ms, upper, 2 * self.window_ms)
+    def _bound(self, node: int, node_ms: int, created_ms: int, upper: bool, fresh: bool) -> None:
+        """Evidence: ``node``'s request at ``node_ms`` knew of (or caused) the record at ``created_ms``;
+        ``fresh``: the epoch was still the newest the cluster had created (else the
+        bound may corroborate nothing: EvidenceLine.add)."""
+        line = self._line(node)
+        line.add(node_ms, node_ms - created_ms, created_ms if fresh else None, upper, 2 * self.window_ms)
 
     # ---- estimates -------------------------------------------------------------------------
 
@@ -347,14 +359,16 @@ class ClockBook:
         if self._corroborated([v for _, v in found], high):
             return ClockInterval(high - slack, high, measured=True, evidence=len(found))
         # Loose evidence only says the clock is not further ahead than it: it may
-        # be anywhere from agreeing with the metadata log (as a node without
-        # evidence is taken to) up to that far ahead, or, if it proves the clock
-        # behind, as near agreement as it allows. A bound looser than the clock
-        # limit (requests about an epoch long established, a quiet cluster's
-        # usual case) says nothing: the node is taken to agree, as without evidence.
+        # be anywhere from the slack behind agreement with the metadata log up to
+        # that far ahead, or, if it proves the clock behind, up to the slack below
+        # it (a broker 236 ms behind whose only evidence in a bucket is loose must
+        # not be judged as if it agreed: tried, benchmarks/clock_skew.py --buckets 8).
+        # A bound looser than the clock limit (requests about an epoch long
+        # established, a quiet cluster's usual case) says nothing: the node is
+        # taken to agree, as without evidence.
         if high > self.limit_ms:
             return ASSUMED
-        return ClockInterval(min(0, high - slack), high, measured=True, evidence=len(found))
+        return ClockInterval(min(0, high) - slack, high, measured=True, evidence=len(found))
 
     def _before_cut(self, line: EvidenceLine, ts_ms: int, start_ms: int) -> ClockInterval:
         """A segment without evidence yet (a controller that just took over, a
@@ -384,14 +398,14 @@ class ClockBook:
             return None
         return ClockInterval(low, high, True, True, count)
 
-    def _corroborated(self, found: list[tuple[int, int]], high: float) -> bool:
+    def _corroborated(self, found: list[tuple[int, int | None]], high: float) -> bool:
         """Whether the lowest upper bound is taken to be tight: requests about
         records written at least ``clock_slack_ms`` apart give upper bounds within
         ``clock_slack_ms`` of it. A request long after its epoch was created (a
         stale client at a former leader) gives a loose bound that grows with its
         age; two about different records agree only if both came soon after."""
         slack = self.slack_ms
-        near = [created for bound, created in found if bound <= high + slack]
+        near = [created for bound, created in found if created is not None and bound <= high + slack]
         return len(near) >= 2 and max(near) - min(near) >= slack
 
     def measured_nodes(self, shift_ms: int = 0) -> dict[int, ClockInterval]:

@@ -71,7 +71,7 @@ class ClusterState:
         self.quorum = QuorumView()
         self.remote = RemoteView()
         self.clocks = new_clock_book(config)
-        self.measures_clocks = measures_clocks(config, bucket)
+        self.measures_clocks = config.measure_clocks
         # Newest controller epoch each broker accepted (StopReplica / LeaderAndIsr / UpdateMetadata).
         self.controller_epochs: dict[int, History[tuple[int, Evidence]]] = {}
         self.out: list[Alert] = []
@@ -214,13 +214,6 @@ class ClusterState:
         )
         self.counters.bump(self.counters.alerts, (rule.id, alert.severity, status))
         self.out.append(alert)
-
-
-def measures_clocks(config: DetectorConfig, bucket: Bucket) -> bool:
-    """Whether a state measures clocks and keeps event time per source
-    (DetectorConfig.measure_clocks): only a state of a whole cluster does, since
-    a bucket's requests are its own partitions' alone."""
-    return config.measure_clocks and bucket.count == 1
 
 
 def handling_ms(env: Envelope) -> int:

@@ -34,7 +34,7 @@ from detectors import rules
 from detectors.alerts import Alert, Evidence
 from detectors.buckets import WHOLE, Bucket
 from detectors.clocks import MetadataClock
-from detectors.cluster import ClusterState, Counters, handling_ms, measures_clocks, new_clock_book
+from detectors.cluster import ClusterState, Counters, handling_ms, new_clock_book
 from detectors.config import DetectorConfig
 from detectors.envelope import (
     BadRecord,
@@ -49,8 +49,15 @@ from detectors.errors import KafkaError
 from detectors.fields import INT16, get_int, get_obj
 from detectors.history import History
 from detectors.progress import Progress, SourceKey, source_key
-from detectors.quorum import LEADER_CHANGE
-from detectors.redelivery import Arrival, OffsetOrder, RecentIds, RememberedIds, content_identity
+from detectors.quorum import KRAFT_VOTERS, LEADER_CHANGE
+from detectors.redelivery import (
+    Arrival,
+    OffsetOrder,
+    PartitionedOffsetOrder,
+    RecentIds,
+    RememberedIds,
+    content_identity,
+)
 from detectors.requests import (
     ALTER_PARTITION,
     API_NAMES,
@@ -65,6 +72,7 @@ from detectors.requests import (
     UPDATE_METADATA,
     VOTE,
     AlterPartition,
+    DataPlane,
     Header,
     PartitionOutcome,
     StopReplica,
@@ -151,7 +159,7 @@ class _Cluster(ClusterState):
     def _start_redelivery_state(self) -> None:
         """What recognises re-delivered records (detectors.redelivery)."""
         self.metadata_log = OffsetOrder()
-        self.remote_log = OffsetOrder()
+        self.remote_log = PartitionedOffsetOrder()
         self.recent_ids = RecentIds()
         self.quorum_state_ids = RememberedIds()
         self.quorum_states: dict[int, bytes] = {}  # node -> its newest state's content identity
@@ -164,7 +172,7 @@ class _Cluster(ClusterState):
         self.__dict__.update(state)
         self.__dict__.setdefault("bucket", WHOLE)
         self.__dict__.setdefault("journal", None)
-        self.measures_clocks = measures_clocks(self.config, self.bucket)
+        self.measures_clocks = self.config.measure_clocks
         if "progress" not in state:
             # Up to f6ae53e one newest time stood for every source, and no clock was measured.
             self.progress = Progress()
@@ -175,6 +183,9 @@ class _Cluster(ClusterState):
         if "metadata_log" not in state:
             self._start_redelivery_state()
             self.metadata_log.last = state["view"].__dict__.pop("last_metadata_offset", None)
+        elif isinstance(self.remote_log, OffsetOrder):
+            # Up to 082e290 one order held every __remote_log_metadata partition's records.
+            self.remote_log = PartitionedOffsetOrder.of_one(self.remote_log)
 
     def __getstate__(self) -> dict[str, Any]:
         if self.journal is None:
@@ -191,7 +202,7 @@ class _Cluster(ClusterState):
         if env.kind == "metadata":
             return self.metadata_log
         if env.kind == "remote_log_metadata":
-            return self.remote_log
+            return self.remote_log.log_of(env)
         return None
 
     def held_count(self) -> int:
@@ -270,9 +281,12 @@ class Detector:
             )
         return cs
 
-    def ingest(self, env: Envelope, home: bool = True) -> list[DeadLetter]:
+    def ingest(self, env: Envelope, home: bool = True, decoded: DataPlane | None = None) -> list[DeadLetter]:
         """Take one event. Returns the dead letters it caused: its own if its
         body cannot be used, and those of held records it released.
+
+        ``decoded``: a data-plane request's facts read from its body already
+        (detectors.blocks), which are then not read again.
 
         ``home`` is False for a copy of a record that several buckets receive
         and another bucket counts: the copy updates this bucket's view and is
@@ -311,7 +325,7 @@ class Detector:
         else:
             due = self._first_delivery(cs, env, home)
             if due is not None:
-                self._process(cs, env, letters, home, due)
+                self._process(cs, env, letters, home, due, decoded)
         watermark = cs.watermark
         # A late record's judgment may be due at once; an applied offset may free held successors.
         if watermark is not None and (
@@ -398,12 +412,18 @@ class Detector:
         return letter
 
     def _process(
-        self, cs: _Cluster, env: Envelope, letters: list[DeadLetter], home: bool, due: int | None = None
+        self,
+        cs: _Cluster,
+        env: Envelope,
+        letters: list[DeadLetter],
+        home: bool,
+        due: int | None = None,
+        decoded: DataPlane | None = None,
     ) -> None:
         """Apply or schedule one first-delivered record; ``due``: its due time if
         known (judgments check it again when it comes)."""
         try:
-            judgments = self._dispatch(cs, env, home)
+            judgments = self._dispatch(cs, env, home, decoded)
         except BadRecord as exc:
             if not home:
                 return
@@ -534,7 +554,9 @@ class Detector:
 
     # ---- per-kind handling -----------------------------------------------------------
 
-    def _dispatch(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
+    def _dispatch(
+        self, cs: _Cluster, env: Envelope, home: bool, decoded: DataPlane | None = None
+    ) -> list[Deferred]:
         kind = env.kind
         if kind == "metadata":
             if home:
@@ -555,6 +577,8 @@ class Detector:
                 # Fanned out like every cluster-wide record (detectors.buckets), it
                 # takes its offset in each bucket's log; its home, bucket 0, judges it.
                 return rules.quorum.ingest_leader_change(cs, env) if home else []
+            if env.body.get("type") == KRAFT_VOTERS:
+                return rules.quorum.ingest_voters(cs, env) if home else []
             change = cs.view.apply(env)
             if change is not None:
                 _note_created(cs, change)
@@ -562,7 +586,7 @@ class Detector:
                 rules.isr.judge_change(cs, replace(change, env=raw) if raw is not env else change)
             return []
         if kind == "request":
-            return self._request(cs, env, home)
+            return self._request(cs, env, home, decoded)
         # Quorum and remote log records are never copied to several buckets.
         if kind == "quorum_state":
             self.counters.bump(self.counters.events, "quorum_state")
@@ -570,8 +594,10 @@ class Detector:
         self.counters.bump(self.counters.events, "remote_log_metadata")
         return rules.remote.ingest(cs, env)
 
-    def _request(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
-        h = header(env.body)
+    def _request(
+        self, cs: _Cluster, env: Envelope, home: bool, decoded: DataPlane | None = None
+    ) -> list[Deferred]:
+        h = header(env.body) if decoded is None else decoded.header
         if env.node is not None and cs.measures_clocks:
             cs.clocks.saw(env.node, env.ts_ms)
         if home:
@@ -579,14 +605,19 @@ class Detector:
         body = env.body
         owned = cs.bucket.owned
         if h.api_key == PRODUCE:
-            acks = get_int(get_obj(body, "request", "body"), "acks", "body.request", bounds=INT16)
-            outcomes = owned(partition_outcomes(PRODUCE, body))
+            if decoded is None:
+                acks: int | None = get_int(
+                    get_obj(body, "request", "body"), "acks", "body.request", bounds=INT16
+                )
+                outcomes = owned(partition_outcomes(PRODUCE, body))
+            else:
+                acks, outcomes = decoded.acks, owned(decoded.outcomes)
             _note_known_epochs(cs, env, outcomes)
             return [(rules.produce.judge, (h, acks, outcomes))]
-        if h.api_key == FETCH and is_quorum_fetch(body):
+        if h.api_key == FETCH and decoded is None and is_quorum_fetch(body):
             return rules.quorum.ingest_request(cs, env, h)
         if h.api_key in (FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH):
-            outcomes = owned(partition_outcomes(h.api_key, body))
+            outcomes = owned(partition_outcomes(h.api_key, body) if decoded is None else decoded.outcomes)
             _note_known_epochs(cs, env, outcomes)
             judged = rules.fetch.judged(list(outcomes))
             return [(rules.fetch.judge, (h, judged))] if judged else []
@@ -696,7 +727,7 @@ def _note_known_epochs(cs: ClusterState, env: Envelope, outcomes: Sequence[Parti
     epoch, which is what a guessed one (a probe's future epoch) looks like."""
     node = env.node
     if node is None or not cs.measures_clocks:
-        return  # only a whole cluster's detector measures (ClusterState.measures_clocks)
+        return
     arrival = _arrival(env)
     for outcome in outcomes:
         partition = (own_topic_key(outcome.topic, outcome.topic_id), outcome.partition)
@@ -710,7 +741,8 @@ def _note_stop_replica(cs: ClusterState, env: Envelope, request: StopReplica) ->
     if node is None or not cs.measures_clocks:
         return
     arrival = _arrival(env)
-    for part in request.partitions:
+    # Every bucket receives a StopReplica; each notes its own partitions, whose records it has.
+    for part in cs.bucket.owned(request.partitions):
         if part.leader_epoch >= 0:
             cs.clocks.knows(
                 node, arrival, ((own_topic_key(part.topic, None), part.partition), "L", part.leader_epoch)
@@ -724,7 +756,8 @@ def _note_alter_partition(cs: ClusterState, env: Envelope, request: AlterPartiti
     if node is None or not cs.measures_clocks:
         return
     arrival = _arrival(env)
-    for entry in request.partitions:
+    # A copy in another bucket notes that bucket's partitions (detectors.buckets).
+    for entry in cs.bucket.owned(request.partitions):
         partition = (own_topic_key(entry.topic, entry.topic_id), entry.partition)
         if entry.leader_epoch >= 0:
             cs.clocks.knows(node, arrival, (partition, "L", entry.leader_epoch))

@@ -32,8 +32,11 @@ record) and ``data`` the LeaderChangeMessage as printed. Kafka's
   ``{"version":0,"leaderId":1,"voters":[{"voterId":1}],"grantingVoters":[...]}``
   (``clients/src/main/resources/common/message/LeaderChangeMessage.json``).
 
-The other control records (``SnapshotHeader``, ``SnapshotFooter``,
-``KRaftVersion``, ``KRaftVoters``, ``endTxnMarker:``, other ``controlType:``)
+A KRaftVoters control record printed with its message (Kafka 4.1's
+`` KRaftVoters {...}``, ``VotersRecordJsonConverter``) becomes an envelope the
+same way, ``"type": "KRAFT_VOTERS"``, in a segment or a snapshot: the voter set
+(KIP-853). The other control records (``SnapshotHeader``, ``SnapshotFooter``,
+``KRaftVersion``, ``endTxnMarker:``, other ``controlType:``)
 are Raft bookkeeping, not metadata: they are counted by Kafka's
 ``ControlRecordType`` name and skipped. Header, batch and blank lines are
 counted as other lines.
@@ -71,7 +74,7 @@ import orjson
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
 from detectors.fields import json_object
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, LongLine, bounded_lines, decode_line, within_limit
-from detectors.quorum import LEADER_CHANGE
+from detectors.quorum import KRAFT_VOTERS, LEADER_CHANGE
 
 _RECORD = re.compile(r"\|\s*offset: (-?\d+) (\w+): (-?\d+)(.*)")
 _PAYLOAD_ONLY = re.compile(r"\|?\s*payload: ")
@@ -343,7 +346,10 @@ def _record(
         return DeadLetter(position, reason, text, kind=DeadLetterClass.INVALID)
     in_control_batch = batch is not None and batch.is_control
     is_control = line.control is not None or (line.payload is None and in_control_batch)
-    if is_control and (line.control != LEADER_CHANGE or section.snapshot):
+    published = (line.control == LEADER_CHANGE and not section.snapshot) or (
+        line.control == KRAFT_VOTERS and line.control_json is not None
+    )
+    if is_control and not published:
         kind = line.control or UNKNOWN_CONTROL
         counts.control_records_by_type[kind] = counts.control_records_by_type.get(kind, 0) + 1
         if kind == "SNAPSHOT_HEADER":
@@ -368,7 +374,11 @@ def _record(
         reason = f"record has no usable timestamp ({ts_ms})"
         return DeadLetter(position, reason, text, kind=DeadLetterClass.NO_TIMESTAMP)
     try:
-        body = _leader_change(line.control_json, batch) if is_control else _payload(line.payload or "")
+        body = (
+            _control(line.control or LEADER_CHANGE, line.control_json, batch)
+            if is_control
+            else _payload(line.payload or "")
+        )
     except BadRecord as exc:
         return exc.dead_letter(position, text)
     if section.snapshot:
@@ -386,17 +396,19 @@ def _record(
     return envelope_or_dead_letter(obj, position, seq, text)
 
 
-def _leader_change(printed: str | None, batch: _Batch | None) -> dict[str, Any]:
-    """The body of a LeaderChange: its batch's epoch and the LeaderChangeMessage
-    as printed (``{}`` when the tool printed only the control type: ``printed``
-    None); raise :class:`BadRecord` saying why it cannot be used."""
+def _control(kind: str, printed: str | None, batch: _Batch | None) -> dict[str, Any]:
+    """The body of a LeaderChange or KRaftVoters control record: its batch's
+    epoch and the message as printed (``{}`` when the tool printed only the
+    control type: ``printed`` None); raise :class:`BadRecord` saying why it
+    cannot be used."""
+    name = "LeaderChange" if kind == LEADER_CHANGE else "KRaftVoters"
     if batch is None or batch.leader_epoch is None:
         raise BadRecord(
-            "LeaderChange without its batch header line (partitionLeaderEpoch): its epoch is unknown",
+            f"{name} without its batch header line (partitionLeaderEpoch): its epoch is unknown",
             DeadLetterClass.INVALID,
         )
-    data = json_object(printed, "LeaderChange") if printed is not None else {}
-    return {"type": LEADER_CHANGE, "partitionLeaderEpoch": batch.leader_epoch, "data": data}
+    data = json_object(printed, name) if printed is not None else {}
+    return {"type": kind, "partitionLeaderEpoch": batch.leader_epoch, "data": data}
 
 
 def _payload(text: str) -> dict[str, Any]:

@@ -40,15 +40,16 @@ carries no ``customMetadata``; a state becomes its id, as in the record schema.
 Two choices matter to the detector:
 
 * ``ts_ms`` is the record's ``eventTimestampMs``.
-* ``offset`` is null. The topic has many partitions (50 by default) and the
-  detector keeps one offset-ordered remote log per cluster: offset 17 of
-  partition 3 and offset 17 of partition 8 would be taken for one record, and
-  the partitions' offsets interleave, so records would be dropped as
-  duplicates or refused as out of order. Without an offset a re-delivered
-  record is recognised by its time and content, which the native record
-  identifies (segment id, state, time, broker). A segment's records share
-  one partition (the topic is partitioned by topic partition), so the file
-  order that replay keeps per source is their offset order.
+* ``offset`` is the record's offset in its ``__remote_log_metadata``
+  partition, and ``body["partition"]`` that partition (the formatter's
+  ``partition:``). The topic has many partitions (50 by default) whose offsets
+  repeat and interleave, so the detector keeps one offset order per partition
+  (``detectors.redelivery.PartitionedOffsetOrder``): offset 17 of partition 3
+  and offset 17 of partition 8 are two records, a record is never refused as
+  out of order against another partition's, and within a partition a
+  re-delivered offset is a duplicate. A segment's records share one partition
+  (the topic is partitioned by topic partition), so each segment's records
+  apply in the order Kafka wrote them.
 
 Blank lines and the consumer's ``Processed a total of N messages`` are counted
 as other lines; every other line is a record or a dead letter naming what is
@@ -186,7 +187,7 @@ def _parse(
 
 def _record(text: str, position: str, cluster: str, seq: int) -> Envelope | DeadLetter:
     try:
-        body = _body(text)
+        body, offset = _body(text)
     except BadRecord as exc:
         return exc.dead_letter(position, text)
     ts_ms = body["data"]["eventTimestampMs"]
@@ -198,23 +199,23 @@ def _record(text: str, position: str, cluster: str, seq: int) -> Envelope | Dead
         "node": None,
         "ts_ms": ts_ms,
         "kind": "remote_log_metadata",
-        "offset": None,
+        "offset": offset,
         "body": body,
     }
     return envelope_or_dead_letter(obj, position, seq, text)
 
 
-def _body(text: str) -> dict[str, Any]:
-    """The record body a formatter line describes; raise :class:`BadRecord` saying why not."""
+def _body(text: str) -> tuple[dict[str, Any], int]:
+    """The record body a formatter line describes (with its ``partition``) and
+    its offset; raise :class:`BadRecord` saying why not."""
     line = _LINE.fullmatch(text)
     if line is None:
         raise BadRecord(
             "not a RemoteLogMetadataFormatter line ('partition: P, offset: O, value: ...')",
             DeadLetterClass.INVALID,
         )
-    # Checked though unused (see the module docstring): a damaged prefix means a damaged line.
-    _int(line.group(1), "partition", _NON_NEGATIVE_INT32)
-    _int(line.group(2), "offset", _NON_NEGATIVE_INT64)
+    partition = _int(line.group(1), "partition", _NON_NEGATIVE_INT32)
+    offset = _int(line.group(2), "offset", _NON_NEGATIVE_INT64)
     value = _VALUE.fullmatch(line.group(3))
     if value is None:
         raise BadRecord("value is not a record's toString ('Name{...}')", DeadLetterClass.INVALID)
@@ -224,7 +225,7 @@ def _body(text: str) -> dict[str, Any]:
         raise BadRecord(
             f"unknown record form {form!r} (expected one of {', '.join(_FORMS)})", DeadLetterClass.INVALID
         )
-    return parse(_fields(inner, form))
+    return {**parse(_fields(inner, form)), "partition": partition}, offset
 
 
 def _segment(f: dict[str, str]) -> dict[str, Any]:

@@ -17,20 +17,27 @@ An entry whose JSON grows past the record size limit, and any line longer than
 the limit, becomes a ``too_large`` dead letter as soon as the limit is passed;
 the rest of that entry is skipped up to its end or the next log entry, so an
 entry that never ends costs no more memory than the limit.
+
+Given the API keys to keep (``apis``; convert and ship pass
+``detectors.rules.READ_APIS``), an entry of any other API (a Heartbeat, a
+Metadata, an ApiVersions...) is left out and counted by API name instead,
+unless its time bridges a silence of the others (``_Bridge``). An entry whose
+header names no API is kept: the detector dead-letters it.
 """
 
 from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
-from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
+from detectors.clocks import GAP_MS
+from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
 from detectors.lines import (
     DEFAULT_MAX_RECORD_BYTES,
     EXCERPT_BYTES,
@@ -40,6 +47,7 @@ from detectors.lines import (
     too_large_reason,
     within_limit,
 )
+from detectors.requests import header
 
 REQUEST_LOGGER_SUFFIX = "(kafka.request.logger)"
 COMPLETED_MARKER = "Completed request:"
@@ -79,10 +87,16 @@ class RequestLogStats:
     other_logger_lines: int = 0
     blank_lines: int = 0
     unrecognised_lines: int = 0
+    unread_by_api: dict[str, int] = field(default_factory=dict)
+    bridges: int = 0
+
+    @property
+    def unread(self) -> int:
+        return sum(self.unread_by_api.values())
 
     @property
     def continuation_lines(self) -> int:
-        return self.record_lines - self.records - self.dead_letters
+        return self.record_lines - self.records - self.unread - self.dead_letters
 
     @property
     def skipped_lines(self) -> int:
@@ -201,6 +215,7 @@ def iter_request_log(
     tz: str = "UTC",
     stats: RequestLogStats | None = None,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    apis: Collection[int] | None = None,
 ) -> Iterator[Envelope | DeadLetter]:
     """Parse a request log into envelopes and dead letters, in input order.
 
@@ -216,6 +231,8 @@ def iter_request_log(
         or to accumulate over several files).
     max_record_bytes: the largest line, and the largest entry JSON, that is
         read; anything larger is a ``too_large`` dead letter.
+    apis: the API keys whose entries become envelopes; an entry of another
+        API is counted in ``stats.unread_by_api`` instead. None keeps every entry.
 
     Raises ValueError at once (not at the first ``next()``) for a bad
     cluster, node, tz or limit.
@@ -226,7 +243,7 @@ def iter_request_log(
     clock = _LogClock(tz)
     counts = stats if stats is not None else RequestLogStats()
     return _parse(
-        bounded_lines(lines, max_record_bytes), source, cluster, node, clock, counts, max_record_bytes
+        bounded_lines(lines, max_record_bytes), source, cluster, node, clock, counts, max_record_bytes, apis
     )
 
 
@@ -238,6 +255,7 @@ def _parse(
     clock: _LogClock,
     counts: RequestLogStats,
     limit: int,
+    apis: Collection[int] | None,
 ) -> Iterator[Envelope | DeadLetter]:
     seq = 0
     pending: _Pending | None = None
@@ -248,16 +266,31 @@ def _parse(
     # Whether a log4j entry has started yet: lines before the first are no log's.
     seen_entry = False
 
-    def finish(entry: _Pending, ended_by: str) -> Envelope | DeadLetter:
+    bridge = _Bridge(counts)
+
+    def finish(entry: _Pending, ended_by: str) -> Iterator[Envelope | DeadLetter]:
+        """The entry's envelope or dead letter (after the entry left out that
+        bridges a silence before it, if one does); nothing for an entry left out."""
         nonlocal seq
         counts.record_lines += entry.lines
         item = _build(entry, ended_by, clock, source, cluster, node, seq)
-        if isinstance(item, Envelope):
-            counts.records += 1
-            seq += 1
-        else:
+        if not isinstance(item, Envelope):
             counts.dead_letters += 1
-        return item
+            yield item
+            return
+        seq += 1
+        if apis is None:
+            counts.records += 1
+            yield item
+            return
+        yield from bridge.before(item.ts_ms)
+        unread = _unread_api(item, apis)
+        if unread is not None:
+            bridge.leave_out(item, unread)
+            return
+        bridge.given(item.ts_ms)
+        counts.records += 1
+        yield item
 
     def too_large(entry: _Pending, last_line: int) -> DeadLetter:
         counts.record_lines += entry.lines
@@ -278,7 +311,7 @@ def _parse(
         entry_starts = start is not None or _ENTRY_START.match(text) is not None
         seen_entry = seen_entry or entry_starts
         if pending is not None and entry_starts:
-            yield finish(pending, f"the next log entry starts at line {number}")
+            yield from finish(pending, f"the next log entry starts at line {number}")
             pending = None
         if skipped_tail is not None and not entry_starts:
             counts.record_lines += 1
@@ -325,10 +358,82 @@ def _parse(
             pending = None
             skipped_tail = None if ended else ""
         elif pending.ends_with_logger():
-            yield finish(pending, "")
+            yield from finish(pending, "")
             pending = None
     if pending is not None:
-        yield finish(pending, "the input ended")
+        yield from finish(pending, "the input ended")
+
+
+class _Bridge:
+    """Which entries left out for their API are given all the same, for their time.
+
+    The detector reads the time of every request a node logged, whatever its
+    API: a silence of over ``GAP_MS`` in a node's log cuts the evidence its
+    clock is measured from (detectors.clocks). So that leaving entries out cuts
+    nothing, the newest entry left out is held back, and given after all when
+    the next entry comes more than ``GAP_MS`` after the newest entry given:
+    then every silence between the entries given is one the whole log has too.
+    Where the read APIs come often (a leader's replica fetches), none is.
+    """
+
+    def __init__(self, counts: RequestLogStats) -> None:
+        self._counts = counts
+        self._given_ms: int | None = None  # the newest ts_ms given
+        self._held: tuple[Envelope, str] | None = None  # the newest entry left out since, and its API
+
+    def before(self, ts_ms: int) -> Iterator[Envelope]:
+        """The held entry, if an entry at ``ts_ms`` would come after a silence without it."""
+        held, given_ms = self._held, self._given_ms
+        if held is None or given_ms is None or ts_ms - given_ms <= GAP_MS:
+            return
+        env, api = held
+        self._held = None
+        counts = self._counts
+        counts.unread_by_api[api] -= 1
+        if not counts.unread_by_api[api]:
+            del counts.unread_by_api[api]
+        counts.records += 1
+        counts.bridges += 1
+        self.given(env.ts_ms)
+        yield env
+
+    def leave_out(self, env: Envelope, api: str) -> None:
+        self._counts.unread_by_api[api] = self._counts.unread_by_api.get(api, 0) + 1
+        # Before the first entry given, there is no evidence to cut.
+        self._held = (env, api) if self._given_ms is not None else None
+
+    def given(self, ts_ms: int) -> None:
+        self._given_ms = ts_ms if self._given_ms is None else max(self._given_ms, ts_ms)
+        self._held = None
+
+
+def unread_account(unread_by_api: Mapping[str, int], bridges: int) -> str:
+    """What became of the entries of APIs no rule reads, for a summary: ``left
+    out, no rule reads their API: 5 entries (HEARTBEAT=3, METADATA=2)``, the most
+    first, and how many were given for their time alone ("" if none was either)."""
+    by_api = sorted(unread_by_api.items(), key=lambda item: (-item[1], item[0]))
+    counts = ", ".join(f"{name}={n}" for name, n in by_api)
+    parts = (
+        [f"left out, no rule reads their API: {sum(unread_by_api.values())} entries ({counts})"]
+        if by_api
+        else []
+    )
+    if bridges:
+        parts.append(f"given for their time alone: {bridges} (a silence over {GAP_MS} ms without them)")
+    return "; ".join(parts)
+
+
+def _unread_api(env: Envelope, apis: Collection[int]) -> str | None:
+    """The API name of an entry whose API is not in ``apis`` (Kafka's
+    ``requestApiKeyName``, else ``API key N``); None for an entry to keep."""
+    try:
+        api_key = header(env.body).api_key
+    except BadRecord:
+        return None
+    if api_key in apis:
+        return None
+    name = env.body["requestHeader"].get("requestApiKeyName")
+    return name if isinstance(name, str) and name else f"API key {api_key}"
 
 
 def _build(

@@ -14,6 +14,9 @@ from detectors.pickling import fast_pickle
 # (clients/.../common/record/ControlRecordType.java, id 2), which no metadata
 # record type (``*_RECORD``) can take.
 LEADER_CHANGE = "LEADER_CHANGE"
+# The body ``type`` of a KRaftVoters control record (KIP-853, ControlRecordType id 6):
+# the voter set from its offset on (a snapshot's: the voter set the snapshot holds).
+KRAFT_VOTERS = "KRAFT_VOTERS"
 
 
 @fast_pickle

@@ -15,7 +15,9 @@ therefore has an identity that a re-delivery keeps:
   it holds again with a new time, a repeat of the node's newest state;
 - anything else without an offset: its time and its whole body.
 
-Offset-ordered sources are applied in offset order (:class:`OffsetOrder`);
+Offset-ordered sources are applied in offset order (:class:`OffsetOrder`; a
+log of several partitions, such as ``__remote_log_metadata``, in each
+partition's own: :class:`PartitionedOffsetOrder`);
 the others are checked against the identities seen in the detector's window
 (:class:`RecentIds`, :class:`RememberedIds`).
 """
@@ -189,3 +191,39 @@ class OffsetOrder:
     def _passed_over(self, offset: int) -> bool:
         i = bisect_right(self._gap_firsts, offset) - 1
         return i >= 0 and offset <= self._gap_lasts[i]
+
+
+class PartitionedOffsetOrder:
+    """A log of several partitions (``__remote_log_metadata``; the partition in
+    ``body["partition"]``, as detectors.parse_remote_log_metadata gives it),
+    each applied in its own offset order: the partitions' offsets repeat and
+    interleave, so a record is never a duplicate of, nor out of order against,
+    another partition's. Records that name no partition share one order."""
+
+    def __init__(self) -> None:
+        self.partitions: dict[int | None, OffsetOrder] = {}
+
+    @classmethod
+    def of_one(cls, log: OffsetOrder) -> PartitionedOffsetOrder:
+        """``log`` as the order of the records that name no partition (a state
+        saved when the remote log had one order for all its records)."""
+        partitioned = cls()
+        partitioned.partitions[None] = log
+        return partitioned
+
+    def log_of(self, env: Envelope) -> OffsetOrder:
+        """The order of ``env``'s partition."""
+        partition = env.body.get("partition")
+        key = partition if type(partition) is int else None
+        log = self.partitions.get(key)
+        if log is None:
+            log = self.partitions[key] = OffsetOrder()
+        return log
+
+    def ready(self, watermark_ms: float | None) -> Iterator[Envelope]:
+        """:meth:`OffsetOrder.ready` of each partition, partition after partition."""
+        for log in list(self.partitions.values()):
+            yield from log.ready(watermark_ms)
+
+    def held_count(self) -> int:
+        return sum(log.held_count() for log in self.partitions.values())

@@ -43,7 +43,8 @@ from detectors.lines import peek_lines
 from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
 from detectors.parse_quorum_state import QuorumStateStats, parse_quorum_state
 from detectors.parse_remote_log_metadata import RemoteLogMetadataStats, iter_remote_log_metadata
-from detectors.parse_request_log import RequestLogStats, iter_request_log
+from detectors.parse_request_log import RequestLogStats, iter_request_log, unread_account
+from detectors.rules import READ_APIS
 from fencewatch.dead_letters import SHOWN_ON_STDERR, DeadLetterOutput
 from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import add_record_limit_option, input_files, output_file
@@ -131,6 +132,12 @@ def add_parser(subparsers: Any) -> None:
         help="IANA time zone the broker logs local time in (request-log only; default UTC)",
     )
     common.add_argument(
+        "--all-apis",
+        action="store_true",
+        help="request-log only: keep the entries of every API (default: only those some rule reads, "
+        "the others counted by API in the summary)",
+    )
+    common.add_argument(
         "--dead-letter",
         metavar="FILE",
         help=f"write dead letters as JSON lines to FILE (default: the first {SHOWN_ON_STDERR} on stderr; "
@@ -161,6 +168,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"--ts-ms must be epoch milliseconds between 0 and {MAX_TS_MS}, got {args.ts_ms}"
     if args.format == QUORUM_STATE and args.ts_ms is None and "-" in args.files:
         return "quorum-state from stdin needs --ts-ms MS: stdin has no modification time"
+    if args.all_apis and args.format != REQUEST_LOG:
+        return "--all-apis applies to request-log only (the other formats hold no request entries)"
     if args.tz is not None:
         if args.format != REQUEST_LOG:
             return "--tz applies to request-log only (dump timestamps are epoch milliseconds)"
@@ -220,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
                         max_record_bytes=args.max_record_bytes,
                         tz=args.tz or "UTC",
                         ts_ms=args.ts_ms,
+                        all_apis=args.all_apis,
                     )
                     for item in items:
                         if isinstance(item, Envelope):
@@ -239,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     for line in unusable:
         print(f"{prog}: {line}", file=sys.stderr)
     # One input of several giving nothing is said; none giving anything fails.
-    return 130 if stopped else 1 if unusable and not stats.records else 0
+    return 130 if stopped else 1 if unusable and not _usable(stats)[0] else 0
 
 
 def peek_kind(stream: IO[bytes]) -> tuple[FileKind, BufferedReader]:
@@ -291,14 +301,15 @@ def wrong_kind(
 
 
 def _usable(stats: Stats) -> tuple[int, int, int]:
-    """Records so far, lines (files, for quorum-state) with content so far, dead letters so far."""
+    """Records so far (request entries left out for their API included: the
+    input is a request log, of APIs no rule reads), lines (files, for
+    quorum-state) with content so far, dead letters so far."""
     if isinstance(stats, QuorumStateStats):
         return stats.records, stats.files, stats.dead_letters
     if isinstance(stats, RemoteLogMetadataStats):
-        content = stats.lines - stats.other_lines
-    else:
-        content = stats.lines - stats.blank_lines
-    return stats.records, content, stats.dead_letters
+        return stats.records, stats.lines - stats.other_lines, stats.dead_letters
+    unread = stats.unread if isinstance(stats, RequestLogStats) else 0
+    return stats.records + unread, stats.lines - stats.blank_lines, stats.dead_letters
 
 
 def _gave_nothing(before: tuple[int, int, int], after: tuple[int, int, int]) -> bool:
@@ -341,6 +352,7 @@ def parse_input(
     max_record_bytes: int,
     tz: str = "UTC",
     ts_ms: int | None = None,
+    all_apis: bool = False,
 ) -> Iterator[Envelope | DeadLetter]:
     """The envelopes and dead letters of one input, read with the parser of the
     format whose stats ``stats`` is (``_STATS``); ``fencewatch ship`` reads its
@@ -350,6 +362,8 @@ def parse_input(
     remote-log-metadata, whose records do); required for request-log and
     quorum-state (ValueError). tz: request-log only. ts_ms: quorum-state only,
     when the state was seen, epoch ms (default: the file's modification time).
+    all_apis: request-log only, keep the entries of the APIs no rule reads
+    (detectors.rules.READ_APIS), which are otherwise counted in the stats.
     """
     if isinstance(stats, RemoteLogMetadataStats):
         return iter_remote_log_metadata(
@@ -381,10 +395,17 @@ def parse_input(
             tz=tz,
             stats=stats,
             max_record_bytes=max_record_bytes,
+            apis=None if all_apis else READ_APIS,
         )
     return iter_metadata_dump(
         stream, source=source, cluster=cluster, node=node, stats=stats, max_record_bytes=max_record_bytes
     )
+
+
+def _unread_apis(stats: RequestLogStats) -> str:
+    """The summary's account of the entries of APIs no rule reads ("" if there was none)."""
+    account = unread_account(stats.unread_by_api, stats.bridges)
+    return f"; {account}; --all-apis keeps them" if account else ""
 
 
 def _summary(fmt: str, files: int, stats: Stats) -> str:
@@ -408,7 +429,7 @@ def _summary(fmt: str, files: int, stats: Stats) -> str:
         return (
             f"{head}, {stats.continuation_lines} continuation lines of multi-line entries; skipped: "
             f"{stats.other_logger_lines} other-logger lines, {stats.blank_lines} blank lines, "
-            f"{stats.unrecognised_lines} lines before any log4j entry"
+            f"{stats.unrecognised_lines} lines before any log4j entry{_unread_apis(stats)}"
         )
     if isinstance(stats, RemoteLogMetadataStats):
         return (

@@ -49,9 +49,9 @@ def add_bootstrap_servers_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_detector_options(parser: argparse.ArgumentParser, measure_clocks: bool = False) -> None:
-    """``measure_clocks``: whether the command measures clocks unless told
-    (env FENCEWATCH_MEASURE_CLOCKS, --measure-clocks / --no-measure-clocks)."""
+def add_detector_options(parser: argparse.ArgumentParser) -> None:
+    """Detection settings; every command measures clocks unless told not to
+    (env FENCEWATCH_MEASURE_CLOCKS=0, --no-measure-clocks)."""
     group = parser.add_argument_group("detection")
     for flag, var, default, text in (
         (
@@ -109,11 +109,11 @@ def add_detector_options(parser: argparse.ArgumentParser, measure_clocks: bool =
     group.add_argument(
         "--measure-clocks",
         action=argparse.BooleanOptionalAction,
-        default=env_default("FENCEWATCH_MEASURE_CLOCKS", int(measure_clocks), unit="(1: measure)") == 1,
+        default=env_default("FENCEWATCH_MEASURE_CLOCKS", 1, unit="(1: measure)") == 1,
         help="measure every node's clock against the metadata log's from what its requests knew, judge "
-        "each request at every moment its clock allows, and say which clock is off; only a detector of "
-        "a whole cluster can (env FENCEWATCH_MEASURE_CLOCKS; default %(default)s; docs/architecture.md, "
-        "'Time and clocks')",
+        "each request at every moment its clock allows, and say which clock is off; a bucket of the "
+        "streaming job measures from its own partitions' requests (env FENCEWATCH_MEASURE_CLOCKS; "
+        "default %(default)s; docs/architecture.md, 'Time and clocks')",
     )
 
 

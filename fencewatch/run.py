@@ -16,7 +16,6 @@ from fencewatch.options import (
     add_detector_options,
     bucket_count,
     detector_config,
-    fail,
     output_dir,
 )
 from fencewatch.probe import add_run_options, beside_job
@@ -154,13 +153,6 @@ def run(args: argparse.Namespace) -> int:
     from streaming.sinks import CompactedSinkTopic
 
     detector = detector_config(args)
-    if detector.measure_clocks and args.buckets != 1:
-        fail(
-            prog,
-            "--measure-clocks needs --buckets 1: a bucket sees only its own partitions' requests, "
-            "so it cannot measure a node's clock",
-            "add --buckets 1 (on a new checkpoint), or leave clocks unmeasured",
-        )
     options = JobOptions(
         bootstrap_servers=args.bootstrap_servers,
         topic=args.topic,

@@ -37,7 +37,9 @@ A partial last line is left for later (it waits for its newline); with
 it, so an entry that is still being written is never cut short.
 
 A line or request entry over ``--max-record-bytes`` becomes a ``too_large``
-dead letter without being held in memory.
+dead letter without being held in memory. Request entries of APIs no rule
+reads (``detectors.rules.READ_APIS``: a Heartbeat, a Metadata...) are counted by
+API in the summary instead of shipped, unless ``--all-apis``.
 
 Exit codes: 0 done; 1 a file or the state file cannot be used (said in one
 line before anything is shipped), or records could not be delivered (the state
@@ -166,8 +168,9 @@ def add_parser(subparsers: Any) -> None:
         REQUEST_LOG,
         help="follow a kafka-request.log (tail -F), remembering the position in a state file",
         description="Follow kafka-request.log like tail -F (rotation by rename or copytruncate "
-        "is survived) and publish each request entry as an envelope. The file position is saved "
-        "only after the records before it were delivered, so a restart loses nothing and repeats "
+        "is survived) and publish each request entry of an API some rule reads as an envelope (--all-apis: "
+        "of every API). The file position is saved only after the records before it were delivered, so a "
+        "restart loses nothing and repeats "
         "at most the records that were not yet confirmed (none after a clean stop).",
         epilog="Exit codes: 0 done (stopped by SIGTERM/SIGINT or --once), 1 a file cannot be used "
         "or records could not be delivered, 2 usage error.",
@@ -197,6 +200,12 @@ def add_parser(subparsers: Any) -> None:
         "--once",
         action="store_true",
         help="read to the current end and exit instead of following (batch use, tests)",
+    )
+    follow.add_argument(
+        "--all-apis",
+        action="store_true",
+        help="publish the entries of every API (default: only those some rule reads; the others, "
+        "Heartbeat, Metadata, ApiVersions..., are counted by API in the summary)",
     )
     follow.add_argument(
         "--poll-interval",
@@ -417,6 +426,7 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
         flush_timeout_seconds=args.flush_timeout,
         status=_say,
         max_record_bytes=args.max_record_bytes,
+        all_apis=args.all_apis,
     )
     follower = FileFollower(
         args.file,

@@ -1,6 +1,7 @@
 """Resume positions saved only once delivery confirms them, for every shipper
 that follows a file or a log (producers.request_log_shipper,
-producers.metadata_log_shipper).
+producers.metadata_log_shipper), and those shippers' periodic duties
+(:class:`PeriodicDuties`).
 
 Each position is queued with the number of records produced before it and
 saved when the publisher has confirmed all of them
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from producers.kafka_publisher import KafkaPublisher
 
@@ -43,3 +44,47 @@ class ConfirmedPositions(Generic[P]):
         if self.confirmed is not None and self.confirmed != self.saved:
             self._save(self.confirmed)
             self.saved = self.confirmed
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+class _Shipper(Protocol):
+    """What :class:`PeriodicDuties` needs of the shipper it is mixed into."""
+
+    checkpoint_interval_seconds: float
+    status_interval_seconds: float
+    _last_save: float
+    _last_status: float
+
+    @property
+    def publisher(self) -> KafkaPublisher: ...
+
+    @property
+    def _follower(self) -> _Stoppable | None: ...
+
+    def _clock(self) -> float: ...
+
+    def _status(self, line: str) -> None: ...
+
+    def _save_confirmed(self) -> None: ...
+
+    def summary(self) -> str: ...
+
+
+class PeriodicDuties:
+    """A following shipper's duties between records and when idle."""
+
+    def _tick(self: _Shipper) -> None:
+        """Save the confirmed position every ``checkpoint_interval_seconds``,
+        report the summary every ``status_interval_seconds`` (0: never), and stop
+        reading once delivery has failed (the exit flush reports the failures)."""
+        now = self._clock()
+        if now - self._last_save >= self.checkpoint_interval_seconds:
+            self._save_confirmed()
+        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
+            self._last_status = now
+            self._status(self.summary())
+        if self.publisher.stats.failed and self._follower is not None:
+            self._follower.stop()

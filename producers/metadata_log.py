@@ -14,7 +14,11 @@ The envelopes are those ``detectors.parse_metadata_dump`` makes of
 (``DumpLogSegments``): ``body`` ``{"type", "version", "data"}``, ``offset`` and
 ``ts_ms`` from the record (its CreateTime); a LeaderChange control record of a
 segment becomes ``{"type": "LEADER_CHANGE", "partitionLeaderEpoch": E, "data":
-{...}}`` with ``E`` from its batch, as Kafka 4.1's tool prints it. A snapshot's
+{...}}`` with ``E`` from its batch, as Kafka 4.1's tool prints it, and so does
+a KRaftVoters control record (KIP-853, ``VotersRecord``: ``voters`` with each
+``voterId``, ``voterDirectoryId``, ``endpoints`` and ``kRaftVersionFeature``),
+``"type": "KRAFT_VOTERS"``, of a segment or a snapshot (whose voter set is the
+one a view started from it needs). A snapshot's
 records (``Snapshots``/``FileRawSnapshotReader``: SnapshotHeader, the records
 numbered from 0, SnapshotFooter) carry ``offset: null`` and the header's
 ``lastContainedLogTimestamp`` as ``ts_ms`` when it is positive. Only
@@ -45,9 +49,16 @@ from kafka.errors import CorruptRecordError, UnsupportedCodecError
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 
-from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
+from detectors.envelope import (
+    INT64_MAX,
+    MAX_TS_MS,
+    DeadLetter,
+    DeadLetterClass,
+    Envelope,
+    envelope_or_dead_letter,
+)
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES
-from detectors.quorum import LEADER_CHANGE
+from detectors.quorum import KRAFT_VOTERS, LEADER_CHANGE
 from producers.metadata_records import (
     CONTROL_TYPE_NAMES,
     RecordError,
@@ -211,6 +222,17 @@ class MetadataLogFile:
         self.snapshot = is_snapshot(path)
         self.snapshot_ts_ms: int | None = None  # SnapshotHeader.lastContainedLogTimestamp
         self._seq = 0
+        # Whether the cluster and node make valid envelopes: then only a
+        # record's time and offset are left to check (see _envelope).
+        probe: dict[str, Any] = {
+            "cluster": cluster,
+            "node": node,
+            "ts_ms": 0,
+            "kind": "metadata",
+            "offset": None,
+            "body": {},
+        }
+        self._valid_source = isinstance(envelope_or_dead_letter(probe, path, 0, ""), Envelope)
 
     def batch(self, frame: Frame) -> Iterator[Envelope | DeadLetter]:
         """The envelopes and dead letters of one whole batch."""
@@ -221,12 +243,14 @@ class MetadataLogFile:
         if problem is not None:
             yield self._dead(position, problem, frame)
             return
-        control = batch.is_control_batch
         try:
-            for record in batch:
-                item = self._record(batch, control, record, position)
-                if item is not None:
-                    yield item
+            if batch.is_control_batch:
+                for record in batch:
+                    item = self._record(batch, record, position)
+                    if item is not None:
+                        yield item
+            else:
+                yield from self._metadata_records(batch, position)
         except (CorruptRecordError, UnsupportedCodecError, TypeError, struct.error) as exc:
             # TypeError, struct.error: kafka-python's ControlRecord unpacks a
             # control record's key, which a damaged batch may lack or cut short.
@@ -265,18 +289,24 @@ class MetadataLogFile:
         raw = frame.data[: LOG_OVERHEAD + HEADER_SIZE_UP_TO_MAGIC].hex() if frame is not None else ""
         return DeadLetter(position, reason, raw, kind=DeadLetterClass.INVALID)
 
-    def _record(
-        self, batch: DefaultRecordBatch, control: bool, record: Any, position: str
-    ) -> Envelope | DeadLetter | None:
-        try:
-            if control:
-                body = self._control(batch, record)
-            else:
+    def _metadata_records(self, batch: DefaultRecordBatch, position: str) -> Iterator[Envelope | DeadLetter]:
+        """The records of a batch that is not a control batch: the hot path."""
+        unread = self.stats.unread_by_type
+        for record in batch:
+            try:
                 decoded = decode_metadata_value(record.value or b"")
-                if isinstance(decoded, Unreadable):
-                    _count(self.stats.unread_by_type, decoded.name)
-                    return None
-                body = decoded
+            except RecordError as exc:
+                yield self._dead(position, f"record at offset {record.offset}: {exc}")
+                continue
+            if isinstance(decoded, Unreadable):
+                _count(unread, decoded.name)
+                continue
+            yield self._envelope(decoded, record, position)
+
+    def _record(self, batch: DefaultRecordBatch, record: Any, position: str) -> Envelope | DeadLetter | None:
+        """A record of a control batch: a LeaderChange of a segment is an envelope."""
+        try:
+            body = self._control(batch, record)
         except RecordError as exc:
             return self._dead(position, f"record at offset {record.offset}: {exc}")
         if body is None:
@@ -284,12 +314,13 @@ class MetadataLogFile:
         return self._envelope(body, record, position)
 
     def _control(self, batch: DefaultRecordBatch, record: Any) -> dict[str, Any] | None:
-        """The body of a LeaderChange of a segment; None (counted) for every other control record."""
+        """The body of a LeaderChange of a segment or of a KRaftVoters; None
+        (counted) for every other control record."""
         type_id = control_type(record.key)
         name = CONTROL_TYPE_NAMES.get(type_id, UNKNOWN_CONTROL)
         message = decode_control_value(type_id, record.value)
-        if name == LEADER_CHANGE and not self.snapshot and message is not None:
-            return {"type": LEADER_CHANGE, "partitionLeaderEpoch": batch.leader_epoch, "data": message}
+        if message is not None and (name == KRAFT_VOTERS or (name == LEADER_CHANGE and not self.snapshot)):
+            return {"type": name, "partitionLeaderEpoch": batch.leader_epoch, "data": message}
         _count(self.stats.control_records_by_type, name)
         if name == "SNAPSHOT_HEADER" and message is not None:
             self.snapshot_ts_ms = message.get("lastContainedLogTimestamp")
@@ -305,6 +336,14 @@ class MetadataLogFile:
             self.stats.dead_letters += 1
             reason = f"record at offset {record.offset} has no usable timestamp ({ts_ms})"
             return DeadLetter(position, reason, "", kind=DeadLetterClass.NO_TIMESTAMP)
+        if self._valid_source and ts_ms <= MAX_TS_MS and (offset is None or -1 <= offset <= INT64_MAX):
+            # What envelope_or_dead_letter would check of the rest holds by
+            # construction: a decoded body is a dict, the kind is "metadata".
+            env = Envelope(self.cluster, self.node, ts_ms, "metadata", offset, body, position, self._seq)
+            self._seq += 1
+            self.stats.records += 1
+            _count(self.stats.records_by_type, body["type"])
+            return env
         obj = {
             "cluster": self.cluster,
             "node": self.node,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from detectors.envelope import DeadLetter, Envelope
-from producers.confirmed_positions import ConfirmedPositions
+from producers.confirmed_positions import ConfirmedPositions, PeriodicDuties
 from producers.kafka_publisher import KafkaPublisher
 from producers.metadata_log import MetadataLogStats
 from producers.metadata_log_follower import LogPosition, MetadataLogFollower
@@ -72,7 +72,7 @@ class MetadataLogState:
         os.replace(tmp, self.path)
 
 
-class MetadataLogShipper:
+class MetadataLogShipper(PeriodicDuties):
     """Publishes what a follower yields; saves positions once delivered.
 
     Positions are saved once delivery confirms them
@@ -136,16 +136,6 @@ class MetadataLogShipper:
     def _save_confirmed(self) -> None:
         self._positions.save_confirmed()
         self._last_save = self._clock()
-
-    def _tick(self) -> None:
-        now = self._clock()
-        if now - self._last_save >= self.checkpoint_interval_seconds:
-            self._save_confirmed()
-        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
-            self._last_status = now
-            self._status(self.summary())
-        if self.publisher.stats.failed and self._follower is not None:
-            self._follower.stop()  # stop reading; the exit flush reports the failures
 
     def summary(self) -> str:
         s = self.publisher.stats

@@ -1,4 +1,4 @@
-"""KRaft metadata record values, decoded with kafka-python's message machinery.
+"""KRaft metadata record values, decoded from Kafka's own record schemas.
 
 A metadata log record's value is what Kafka's ``MetadataRecordSerde`` (an
 ``AbstractApiMessageSerde``) writes: three unsigned varints, the frame version
@@ -6,9 +6,10 @@ A metadata log record's value is what Kafka's ``MetadataRecordSerde`` (an
 in Kafka's message serialization at that version (flexible from version 0:
 compact strings and arrays, tagged fields). The record types are Kafka's JSON
 message schemas (``metadata/src/main/resources/common/metadata/*.json``),
-vendored in :mod:`producers.metadata_schemas` and turned into classes by
-kafka-python's ``kafka.protocol`` machinery, the same that builds its protocol
-messages from the schemas it ships.
+vendored in :mod:`producers.metadata_schemas` and loaded with kafka-python's
+``load_json``; :mod:`producers.message_json` compiles each type's decoder at
+every version the schema has, once, at import (why not kafka-python's own
+decoders: see that module).
 
 Control records (KIP-595 LeaderChange, KIP-630 SnapshotHeader/Footer, KIP-853
 KRaftVersion/KRaftVoters) carry no frame: Kafka's ``ControlRecordUtils`` reads
@@ -22,24 +23,19 @@ named by the reader, never an error.
 
 from __future__ import annotations
 
-import io
 import struct
-import types
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.api_data import ApiData
 from kafka.protocol.schemas import BaseField, load_json
-from kafka.protocol.schemas.fields.codecs import TaggedFields, UnsignedVarInt32
 
-from producers.message_json import message_json
+from producers.message_json import Reader, struct_decoder, uvarint
 
 SCHEMA_PACKAGE = "producers.metadata_schemas"
 FRAME_VERSION = 1  # AbstractApiMessageSerde.DEFAULT_FRAME_VERSION
 
 # Every metadata record type Kafka 3.3-4.1 writes, by api key, named as
-# MetadataRecordType prints them; the vendored ones (_VENDORED) are decoded.
+# MetadataRecordType prints them; the vendored ones (VENDORED_RECORDS) are decoded.
 RECORD_TYPE_NAMES = {
     0: "REGISTER_BROKER_RECORD",
     1: "UNREGISTER_BROKER_RECORD",
@@ -68,7 +64,7 @@ RECORD_TYPE_NAMES = {
     27: "REGISTER_CONTROLLER_RECORD",
     28: "CLEAR_ELR_RECORD",
 }
-_VENDORED = {
+VENDORED_RECORDS = {
     0: "RegisterBrokerRecord",
     1: "UnregisterBrokerRecord",
     2: "TopicRecord",
@@ -92,7 +88,7 @@ CONTROL_TYPE_NAMES = {
     5: "KRAFT_VERSION",
     6: "KRAFT_VOTERS",
 }
-_CONTROL_SCHEMAS = {
+CONTROL_SCHEMA_NAMES = {
     2: "LeaderChangeMessage",
     3: "SnapshotHeaderRecord",
     4: "SnapshotFooterRecord",
@@ -113,109 +109,48 @@ class Unreadable:
     name: str
 
 
-def _int_tags(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``fields`` with every ``tag`` an int: Kafka's generator reads ``"tag": "0"``
-    (RegisterBrokerRecord's and BrokerRegistrationChangeRecord's LogDirs) as tag
-    0, kafka-python would look the string up and miss the field."""
-    out = []
-    for spec in fields:
-        spec = {**spec}
-        if "tag" in spec:
-            spec["tag"] = int(spec["tag"])
-        if "fields" in spec:
-            spec["fields"] = _int_tags(spec["fields"])
-        out.append(spec)
-    return out
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """A vendored message schema: its name and a decoder for each version it has."""
+
+    name: str
+    max_version: int
+    decoders: dict[int, Reader]
 
 
-def _as_data(metacls: type, schema: dict[str, Any]) -> dict[str, Any]:
-    # kafka-python's ApiData accepts schemas of type "data"; metadata records
-    # are "metadata" in Kafka's files, and otherwise read the same way.
-    return {**schema, "type": "data", "fields": _int_tags(schema["fields"])}
-
-
-class _TagsOnly:
-    """A message whose schema has no fields (NoOpRecord): kafka-python's
-    StructField needs at least one, so only the message's tagged-field section
-    is read, with kafka-python's TaggedFields codec."""
-
-    def __init__(self, schema: dict[str, Any]) -> None:
-        self.name = schema["name"]
-        self.json = schema
-        self.max_version = BaseField.parse_versions(schema["validVersions"])[1]
-        self._tags = TaggedFields([])
-
-    def decoder(self, version: int) -> Callable[[bytes, int], tuple[None, int]]:
-        def decode(data: bytes, pos: int) -> tuple[None, int]:
-            if data[pos:] == b"\x00":  # no tagged fields: nearly every NoOpRecord
-                return None, pos + 1
-            stream = io.BytesIO(data)
-            stream.seek(pos)
-            self._tags.decode(stream, version=version)
-            return None, stream.tell()
-
-        return decode
-
-
-class _Message:
-    """A vendored schema as a kafka-python message class (``cls``) and its decoders."""
-
-    def __init__(self, cls: Any) -> None:
-        self.cls = cls
-        self.json = cls.json
-        # Not cls.name: a field called Name (TopicRecord) shadows that class property.
-        self.name = cls.json["name"]
-        self.max_version = cls.max_version
-
-    def decoder(self, version: int) -> Callable[[bytes, int], tuple[Any, int]]:
-        # kafka-python's generated decoder (ApiMessage.decode uses it too): it
-        # reads ``data`` from ``pos`` and returns the message and where it ended.
-        # ApiData.decode would build the message by keyword, which a field
-        # named Version (the control messages have one) cannot pass.
-        return self.cls._struct.compiled_decode_from(version, compact=True, tagged=True, data_class=self.cls)
-
-
-def _message(name: str) -> _TagsOnly | _Message:
-    """The vendored schema ``name``, loaded by kafka-python's ``load_json``."""
+def _schema(name: str) -> Schema:
+    """The vendored schema ``name``, loaded by kafka-python's ``load_json``
+    (common structs resolved), with its decoders compiled."""
     schema = load_json(name, SCHEMA_PACKAGE)
-    if not schema.get("fields"):
-        return _TagsOnly(schema)
-    cls = types.new_class(
-        name,
-        (ApiData,),
-        {"load_json": SCHEMA_PACKAGE},
-        lambda ns: ns.update(json_patch=classmethod(_as_data)),
-    )
-    return _Message(cls)
+    low, high = BaseField.parse_versions(schema["validVersions"])
+    flexible = BaseField.parse_versions(schema["flexibleVersions"])
+    if flexible is None or flexible[0] > low:
+        raise ValueError(f"{name}: only flexible versions are read here")
+    decoders = {version: struct_decoder(schema["fields"], version, name) for version in range(low, high + 1)}
+    return Schema(name, high, decoders)
 
 
-RECORD_SCHEMAS = {key: _message(name) for key, name in _VENDORED.items()}
-CONTROL_SCHEMAS = {key: _message(name) for key, name in _CONTROL_SCHEMAS.items()}
+RECORD_SCHEMAS = {key: _schema(name) for key, name in VENDORED_RECORDS.items()}
+CONTROL_SCHEMAS = {key: _schema(name) for key, name in CONTROL_SCHEMA_NAMES.items()}
 
 
-# What kafka-python's decoders raise on bytes that break the format.
-_DECODE_ERRORS = (ValueError, IndexError, EOFError, UnicodeDecodeError, TypeError, struct.error)
+# What the decoders raise on bytes that break the format.
+_DECODE_ERRORS = (ValueError, IndexError, UnicodeDecodeError, struct.error)
 
 
-_DECODERS: dict[tuple[str, int], Callable[[bytes, int], tuple[Any, int]]] = {}
-
-
-def _decode(schema: _TagsOnly | _Message, data: bytes, pos: int, version: int) -> dict[str, Any]:
+def _decode(schema: Schema, decode: Reader, data: bytes, pos: int, version: int) -> dict[str, Any]:
     """The message of ``schema`` at ``version`` in ``data[pos:]``, which it must
     fill exactly (``AbstractApiMessageSerde.read`` rejects trailing bytes too),
     as Kafka's JSON converter writes it."""
-    decoder = _DECODERS.get((schema.name, version))
-    if decoder is None:
-        decoder = _DECODERS[(schema.name, version)] = schema.decoder(version)
     try:
-        message, end = decoder(data, pos)
+        message, end = decode(data, pos)
     except _DECODE_ERRORS as exc:
         raise RecordError(f"{schema.name} v{version} does not decode: {exc!r}") from None
     if end > len(data):
         raise RecordError(f"{schema.name} v{version} is cut short: {end - len(data)} byte(s) missing")
     if end < len(data):
         raise RecordError(f"{len(data) - end} byte(s) of garbage after {schema.name} v{version}")
-    return message_json(schema.json["fields"], message, version)
+    return message
 
 
 def decode_metadata_value(value: bytes) -> dict[str, Any] | Unreadable:
@@ -224,24 +159,27 @@ def decode_metadata_value(value: bytes) -> dict[str, Any] | Unreadable:
     version without a schema here; :class:`RecordError` for bytes that are no
     metadata record."""
     if len(value) >= 3 and value[0] < 0x80 and value[1] < 0x80 and value[2] < 0x80:
-        # One byte each, as every frame Kafka writes today: no stream needed.
-        frame, api_key, version, pos = value[0], value[1], value[2], 3
+        frame, api_key, version, pos = value[0], value[1], value[2], 3  # as Kafka writes every frame today
     else:
-        stream = io.BytesIO(value)
         try:
-            frame, api_key, version = (UnsignedVarInt32.decode(stream) for _ in range(3))
+            frame, pos = uvarint(value, 0)
+            api_key, pos = uvarint(value, pos)
+            version, pos = uvarint(value, pos)
         except _DECODE_ERRORS:
             raise RecordError("record value ends inside its frame header") from None
-        pos = stream.tell()
     if frame != FRAME_VERSION:
         raise RecordError(f"unknown frame version {frame} (only frame version {FRAME_VERSION} is supported)")
-    name = RECORD_TYPE_NAMES.get(api_key, f"api key {api_key}")
     schema = RECORD_SCHEMAS.get(api_key)
     if schema is None:
-        return Unreadable(name)
-    if version > schema.max_version:
-        return Unreadable(f"{name} v{version}")
-    return {"type": name, "version": version, "data": _decode(schema, value, pos, version)}
+        return Unreadable(RECORD_TYPE_NAMES.get(api_key, f"api key {api_key}"))
+    decode = schema.decoders.get(version)
+    if decode is None:
+        return Unreadable(f"{RECORD_TYPE_NAMES[api_key]} v{version}")
+    return {
+        "type": RECORD_TYPE_NAMES[api_key],
+        "version": version,
+        "data": _decode(schema, decode, value, pos, version),
+    }
 
 
 def control_type(key: bytes | None) -> int:
@@ -257,4 +195,4 @@ def decode_control_value(type_id: int, value: bytes | None) -> dict[str, Any] | 
     schema = CONTROL_SCHEMAS.get(type_id)
     if schema is None:
         return None
-    return _decode(schema, value or b"", 0, CONTROL_VALUE_VERSION)
+    return _decode(schema, schema.decoders[CONTROL_VALUE_VERSION], value or b"", 0, CONTROL_VALUE_VERSION)

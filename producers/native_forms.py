@@ -16,13 +16,10 @@ What the native forms cannot carry, and so does not survive the round trip:
 * KIP-1272's ``cleanerOffsets``: no released Kafka writes or prints it, so the
   segment line has no place for it; REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED is
   judged there from ``segmentLeaderEpochs`` and ``endOffset``, which it has;
-* the envelope's ``offset``: the parser gives none (see its docstring), so the
-  detector (``detectors.engine``, ``ordered_log``) applies these records as
-  they arrive rather than in ``__remote_log_metadata`` offset order, and knows
-  a repeat by its time and content rather than its offset. A simulated history
-  is written in the topic's order and never repeats a record, so both paths
-  raise the same alerts (tests/unit/test_simulated_native_forms.py;
-  docs/operations.md says where a real stream may differ);
+* the envelope's ``offset`` (a simulated one has none): the parser gives the line's, numbered per
+  ``__remote_log_metadata`` partition in the order the records are sent, with
+  the partition in ``body["partition"]``, so the detector applies them in each
+  partition's offset order (``detectors.redelivery.PartitionedOffsetOrder``);
 * the envelope's ``node``: the line names the broker in ``brokerId`` only,
   which is what the rules read.
 

@@ -6,6 +6,10 @@ the resume position in a state file only once every record before it was
 acknowledged by the broker. A restart therefore loses nothing, and repeats
 only the records that were sent but not yet confirmed when the shipper died;
 a clean stop flushes and saves first, so the next run repeats nothing.
+
+Only the entries of the APIs some rule reads (``detectors.rules.READ_APIS``)
+are published, unless ``all_apis``; the others are counted by API name in the
+summary.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from collections.abc import Callable
 
 from detectors.envelope import DeadLetter, Envelope
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES
-from detectors.parse_request_log import RequestLogStats, iter_request_log
-from producers.confirmed_positions import ConfirmedPositions
+from detectors.parse_request_log import RequestLogStats, iter_request_log, unread_account
+from detectors.rules import READ_APIS
+from producers.confirmed_positions import ConfirmedPositions, PeriodicDuties
 from producers.kafka_publisher import KafkaPublisher
 from producers.tail import FileFollower, FilePosition, Segment, StateFile, StopFollowing
 
@@ -27,7 +32,7 @@ FORMAT = "request-log"
 CHECKPOINT_INTERVAL_SECONDS = 1.0
 
 
-class RequestLogShipper:
+class RequestLogShipper(PeriodicDuties):
     """Parses the follower's lines into envelopes, publishes them, and saves the
     resume position once everything before it was delivered.
 
@@ -49,6 +54,7 @@ class RequestLogShipper:
         clock: Callable[[], float] = time.monotonic,
         status: Callable[[str], None] = lambda line: None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        all_apis: bool = False,
     ) -> None:
         self.publisher = publisher
         self.state = state
@@ -59,11 +65,16 @@ class RequestLogShipper:
         self.checkpoint_interval_seconds = checkpoint_interval_seconds
         self.flush_timeout_seconds = flush_timeout_seconds
         self.max_record_bytes = max_record_bytes
+        self.apis = None if all_apis else READ_APIS
+        # Entries left out for their API, by API name, over every file of the run
+        # (each file's RequestLogStats counts into it).
+        self.unread_by_api: dict[str, int] = {}
+        self._earlier_bridges = 0  # entries of those APIs shipped for their time, in earlier files
         self._clock = clock
         self._status = status
         self._positions: ConfirmedPositions[FilePosition] = ConfirmedPositions(publisher, state.save)
         self._segment: Segment | None = None
-        self._stats = RequestLogStats()
+        self._stats = self._new_stats()
         self._follower: FileFollower | None = None
         self._last_save = self._last_status = clock()
 
@@ -72,7 +83,8 @@ class RequestLogShipper:
         self._follower = follower
         try:
             for segment in follower.segments():
-                self._segment, self._stats = segment, RequestLogStats()
+                self._earlier_bridges += self._stats.bridges
+                self._segment, self._stats = segment, self._new_stats()
                 items = iter_request_log(
                     segment.lines(),
                     source=segment.path,
@@ -81,6 +93,7 @@ class RequestLogShipper:
                     tz=self.tz,
                     stats=self._stats,
                     max_record_bytes=self.max_record_bytes,
+                    apis=self.apis,
                 )
                 for item in items:
                     if isinstance(item, Envelope):
@@ -94,6 +107,9 @@ class RequestLogShipper:
             pass
         finally:
             self._finish()
+
+    def _new_stats(self) -> RequestLogStats:
+        return RequestLogStats(unread_by_api=self.unread_by_api)
 
     def _finish(self) -> None:
         try:
@@ -127,16 +143,6 @@ class RequestLogShipper:
         self._positions.save_confirmed()
         self._last_save = self._clock()
 
-    def _tick(self) -> None:
-        now = self._clock()
-        if now - self._last_save >= self.checkpoint_interval_seconds:
-            self._save_confirmed()
-        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
-            self._last_status = now
-            self._status(self.summary())
-        if self.publisher.stats.failed and self._follower is not None:
-            self._follower.stop()  # stop reading; the exit flush reports the failures
-
     def on_idle(self) -> None:
         """The follower found no new data: serve delivery reports, save, report."""
         self.publisher.poll(0)
@@ -156,8 +162,10 @@ class RequestLogShipper:
 
     def summary(self) -> str:
         s = self.publisher.stats
+        account = unread_account(self.unread_by_api, self._earlier_bridges + self._stats.bridges)
+        unread = f"; {account}" if account else ""
         return (
             f"{s.envelopes} records shipped, {s.dead_letters} dead letters "
             f"({s.delivered} delivered, {s.in_flight} in flight, {s.failed} failed), "
-            f"lag {self.lag_bytes()} bytes"
+            f"lag {self.lag_bytes()} bytes{unread}"
         )

@@ -9,6 +9,13 @@ oldest unread record did.
 
 The source's loss rows arrive as an observed metric (``LOST_OFFSETS_METRIC``):
 each range of offsets that vanished before it was read is logged and counted.
+
+Each report reaches the listener as its JSON, read from the JVM in one call
+(:class:`_ProgressAsJson`), not through pyspark's own conversion, which asks
+the JVM for every field apart and, for a report with observed metrics (every
+report of this job), looks a JVM class up by name: py4j tries names that do
+not exist first, and each miss searches every jar of Spark's class path
+(docs/performance.md, "The fixed cost of a batch").
 """
 
 from __future__ import annotations
@@ -22,6 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    JStreamingQueryListener,
+    QueryProgressEvent,
+)
 
 from streaming.kafka_source import LOST_OFFSETS_METRIC, partition_offsets
 from streaming.metrics import Metrics
@@ -96,8 +107,20 @@ class JobListener(StreamingQueryListener):
         self.clock = clock
         self.lag = LagEstimator()
         self.query_id: Any = None  # Idle and terminated events carry only the id
+        self._java: Any = None  # the JVM's handle on this listener, made when it is added
         # Exported at 0 from the start, so that increase() sees the first loss.
         metrics.source_offsets_lost.labels(topic=topic)
+
+    @property
+    def _jlistener(self) -> Any:
+        # What StreamingQueryManager.addListener registers with the JVM: pyspark's
+        # wrapper around an object that converts the JVM's events, here ours.
+        if self._java is None:
+            from pyspark import SparkContext
+
+            assert SparkContext._jvm is not None, "a listener is added to a running session"
+            self._java = SparkContext._jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
+        return self._java
 
     def onQueryStarted(self, event: Any) -> None:
         if event.name == self.query_name:
@@ -143,7 +166,8 @@ class JobListener(StreamingQueryListener):
         # Spark counts the source's loss rows as input rows; they are not records.
         m.source_events.labels(topic=self.topic).inc(progress.numInputRows - len(lost_ranges))
         for lost_range in lost_ranges:
-            self._report_lost(lost_range.partition, lost_range.first, lost_range.offsets)
+            # A Row here (pyspark's conversion, the tests) or a dict (a report read as JSON).
+            self._report_lost(lost_range["partition"], lost_range["first"], lost_range["offsets"])
         for source in progress.sources:
             latest = offsets_total(source.latestOffset)
             end = offsets_total(source.endOffset)
@@ -164,6 +188,22 @@ class JobListener(StreamingQueryListener):
             first + count,
         )
         self.metrics.source_offsets_lost.labels(topic=self.topic).inc(count)
+
+
+class _ProgressAsJson(JStreamingQueryListener):
+    """The JVM's side of a listener, as pyspark's, except that a progress
+    report is read as its JSON in one call and built with pyspark's
+    ``fromJson`` (the form ``StreamingQuery.lastProgress`` returns)."""
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        try:
+            event = QueryProgressEvent.fromJson({"progress": json.loads(jevent.progress().json())})
+        except KeyError:
+            # Spark leaves a rate that is not a number out of the JSON, which
+            # pyspark's fromJson requires of a source: convert that report its way.
+            super().onQueryProgress(jevent)
+            return
+        self.pylistener.onQueryProgress(event)
 
 
 def _rate(value: float | None) -> float:

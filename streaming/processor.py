@@ -45,8 +45,13 @@ from streaming.state import (
     RemoteStore,
 )
 
-# What this worker process already holds: (query scope, key) -> (version, detector, pending store).
-_LIVE: dict[tuple[str, str], tuple[int, Detector, PendingStore]] = {}
+# The idle-flush timers a bucket has registered (at most one), or None when
+# this worker does not know them (a detector loaded from the state store).
+Timers = tuple[int, ...] | None
+
+# What this worker process already holds: (query scope, key) -> (version,
+# detector, pending store, timers).
+_LIVE: dict[tuple[str, str], tuple[int, Detector, PendingStore, Timers]] = {}
 
 
 class DetectorProcessor(StatefulProcessor):
@@ -76,8 +81,9 @@ class DetectorProcessor(StatefulProcessor):
 
     # ---- state ---------------------------------------------------------------------------------
 
-    def _load(self, key: str) -> tuple[str, int, Detector, PendingStore]:
-        """The key's cluster, state version, detector and pending-judgment store."""
+    def _load(self, key: str) -> tuple[str, int, Detector, PendingStore, Timers]:
+        """The key's cluster, state version, detector, pending-judgment store
+        and timers (None: not known in this worker)."""
         cluster, index = decode_key(key, self.buckets)
         stored = self.snapshot.get()
         version = int(stored[0]) if stored is not None else 0
@@ -87,6 +93,7 @@ class DetectorProcessor(StatefulProcessor):
         live = _LIVE.pop((self.scope, key), None)
         cached = live is not None and live[0] == version
         pending = live[2] if live is not None and cached else PendingStore()
+        timers = live[3] if live is not None and cached else None
         # Each task has its own state client: a cached store still holds the previous task's.
         pending.attach(self.pending)
         written = snapshot_format.FORMAT
@@ -122,9 +129,11 @@ class DetectorProcessor(StatefulProcessor):
             state.remote.partitions = remote
         assert isinstance(state.remote.partitions, RemoteStore)
         state.remote.partitions.attach(self.remote_partitions)
-        return cluster, version, detector, pending
+        return cluster, version, detector, pending, timers
 
-    def _save(self, key: str, cluster: str, version: int, detector: Detector, pending: PendingStore) -> int:
+    def _save(
+        self, key: str, cluster: str, version: int, detector: Detector, pending: PendingStore, timers: Timers
+    ) -> int:
         state = detector.cluster(cluster)
         for store in (state.view.partitions, state.remote.partitions):
             assert isinstance(store, PartitionStore | RemoteStore)
@@ -132,7 +141,7 @@ class DetectorProcessor(StatefulProcessor):
         version += 1
         pending.save(version, detector.pending_changes(cluster))
         self.snapshot.update((version, snapshot_format.encode(detector)))
-        _LIVE[(self.scope, key)] = (version, detector, pending)
+        _LIVE[(self.scope, key)] = (version, detector, pending, timers)
         return version
 
     @staticmethod
@@ -140,18 +149,26 @@ class DetectorProcessor(StatefulProcessor):
         # The state version orders snapshots of one bucket for the driver's metrics.
         return stats_row(cluster, {**detector.snapshot(cluster), "state_version": version})
 
-    def _rearm_idle_timer(self, detector: Detector, now_ms: int) -> None:
-        for expiry in list(self.handle.listTimers()):
+    def _rearm_idle_timer(self, detector: Detector, now_ms: int, timers: Timers) -> Timers:
+        """Put the bucket's idle flush ``idle_flush_ms`` after ``now_ms`` if it
+        has judgments waiting; returns its timers now. Timers this worker
+        registered itself (the cached detector's version is the stored one, so
+        they are the stored timers too) are not listed first: listing costs a
+        state-server round trip or two per bucket and batch."""
+        for expiry in list(self.handle.listTimers()) if timers is None else timers:
             self.handle.deleteTimer(expiry)
-        if detector.pending_count():
-            self.handle.registerTimer(now_ms + self.idle_flush_ms)
+        if not detector.pending_count():
+            return ()
+        expiry = now_ms + self.idle_flush_ms
+        self.handle.registerTimer(expiry)
+        return (expiry,)
 
     # ---- the operator ----------------------------------------------------------------------------
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        cluster, version, detector, pending = self._load(key[0])
+        cluster, version, detector, pending, timers = self._load(key[0])
         out: list[dict[str, Any]] = []
         batch = pd.concat(list(rows), ignore_index=True).sort_values(["partition", "offset"], kind="stable")
         # Plain lists: iterating numpy scalars costs several times more per row.
@@ -188,18 +205,22 @@ class DetectorProcessor(StatefulProcessor):
                 else:  # a held record released now: its letter names its own position
                     out.append(dead_letter_row(cluster, letter, None, None))
             out.extend(alert_row(a) for a in detector.drain())
-        version = self._save(key[0], cluster, version, detector, pending)
-        self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs())
+        timers = self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs(), timers)
+        version = self._save(key[0], cluster, version, detector, pending, timers)
         out.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(out, columns=OUTPUT_COLUMNS)
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
-        cluster, version, detector, pending = self._load(key[0])
+        cluster, version, detector, pending, timers = self._load(key[0])
         rows = [dead_letter_row(cluster, letter, None, None) for letter in detector.flush()]
         rows.extend(alert_row(a) for a in detector.drain())
-        version = self._save(key[0], cluster, version, detector, pending)
+        # pyspark deletes the expired timer once this handler has run.
+        expired = expiredTimerInfo.getExpiryTimeInMs()
+        if timers is not None:
+            timers = tuple(t for t in timers if t != expired)
+        version = self._save(key[0], cluster, version, detector, pending, timers)
         rows.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 

@@ -4,8 +4,10 @@
 A record is given as Kafka's tool prints it (``{"type", "version", "data"}``
 with ``data`` in the JSON converter's lowerCamelCase form), so the expected
 text of the dump is the input itself, never fencewatch's decoder output. The
-bytes come from kafka-python: the record's message encoder (the vendored
-schema, at the record's version) behind ``MetadataRecordSerde``'s frame
+bytes come from kafka-python: the record's message encoder (a ``kafka.protocol``
+``ApiData`` class built from the vendored schema, at the record's version;
+fencewatch decodes with readers of its own, so the two sides share only the
+schema files) behind ``MetadataRecordSerde``'s frame
 (unsigned varints: frame version 1, api key, version), and
 ``DefaultRecordBatchBuilder`` for the batch, whose base offset, partition
 leader epoch and control flag are then set as the leader sets them (Kafka's
@@ -18,20 +20,23 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import types
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.protocol.schemas import BaseField
+from kafka.protocol.api_data import ApiData
+from kafka.protocol.schemas import BaseField, load_json
 from kafka.protocol.schemas.fields.codecs import UnsignedVarInt32
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
 from producers.metadata_records import (
-    CONTROL_SCHEMAS,
+    CONTROL_SCHEMA_NAMES,
     CONTROL_TYPE_NAMES,
-    RECORD_SCHEMAS,
     RECORD_TYPE_NAMES,
+    SCHEMA_PACKAGE,
+    VENDORED_RECORDS,
 )
 
 _API_KEYS = {name: key for key, name in RECORD_TYPE_NAMES.items()}
@@ -79,11 +84,48 @@ def _python_fields(fields: list[dict[str, Any]], data: dict[str, Any]) -> dict[s
     }
 
 
-def _message_bytes(schema: Any, version: int, data: dict[str, Any]) -> bytes:
-    if not schema.json["fields"]:
+def _int_tags(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``fields`` with every ``tag`` an int: Kafka's generator reads ``"tag": "0"``
+    (RegisterBrokerRecord's and BrokerRegistrationChangeRecord's LogDirs) as tag
+    0, kafka-python would look the string up and miss the field."""
+    out = []
+    for spec in fields:
+        spec = {**spec}
+        if "tag" in spec:
+            spec["tag"] = int(spec["tag"])
+        if "fields" in spec:
+            spec["fields"] = _int_tags(spec["fields"])
+        out.append(spec)
+    return out
+
+
+def _as_data(metacls: type, schema: dict[str, Any]) -> dict[str, Any]:
+    # kafka-python's ApiData accepts schemas of type "data"; metadata records
+    # are "metadata" in Kafka's files, and otherwise read the same way.
+    return {**schema, "type": "data", "fields": _int_tags(schema["fields"])}
+
+
+def _message_class(name: str) -> Any:
+    """kafka-python's message class of the vendored schema ``name``; None for a
+    schema without fields (NoOpRecord), which kafka-python cannot build."""
+    if not load_json(name, SCHEMA_PACKAGE).get("fields"):
+        return None
+    return types.new_class(
+        name,
+        (ApiData,),
+        {"load_json": SCHEMA_PACKAGE},
+        lambda ns: ns.update(json_patch=classmethod(_as_data)),
+    )
+
+
+_RECORD_CLASSES = {key: _message_class(name) for key, name in VENDORED_RECORDS.items()}
+_CONTROL_CLASSES = {key: _message_class(name) for key, name in CONTROL_SCHEMA_NAMES.items()}
+
+
+def _message_bytes(cls: Any, version: int, data: dict[str, Any]) -> bytes:
+    if cls is None:
         assert not data
         return UnsignedVarInt32.encode(0)  # an empty tagged-field section
-    cls = schema.cls
     values = _python_fields(cls.json["fields"], data)
     # Untagged fields go positionally: a field named Version (the control
     # messages have one) would clash with the constructor's version keyword.
@@ -97,7 +139,7 @@ def metadata_value(body: dict[str, Any]) -> bytes:
     """The record value ``MetadataRecordSerde`` writes for ``body`` as DumpLogSegments prints it."""
     key, version = _API_KEYS[body["type"]], body["version"]
     frame = b"".join(UnsignedVarInt32.encode(n) for n in (1, key, version))
-    return frame + _message_bytes(RECORD_SCHEMAS[key], version, body["data"])
+    return frame + _message_bytes(_RECORD_CLASSES[key], version, body["data"])
 
 
 def raw_metadata_value(api_key: int, version: int, payload: bytes) -> bytes:
@@ -112,7 +154,7 @@ def control_key(type_name: str) -> bytes:
 
 def control_value(type_name: str, data: dict[str, Any]) -> bytes:
     """A control record's value: its message at version 0 (ControlRecordUtils)."""
-    return _message_bytes(CONTROL_SCHEMAS[_CONTROL_IDS[type_name]], 0, data)
+    return _message_bytes(_CONTROL_CLASSES[_CONTROL_IDS[type_name]], 0, data)
 
 
 @dataclass

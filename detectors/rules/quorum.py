@@ -186,6 +186,17 @@ def ingest_leader_change(cs: ClusterState, env: Envelope) -> list[Deferred]:
     return judgments
 
 
+def ingest_voters(cs: ClusterState, env: Envelope) -> list[Deferred]:
+    """A KRaftVoters control record of the metadata log (``type: KRAFT_VOTERS``,
+    KIP-853): the voter set from its offset on, as a LeaderChange's ``voters``
+    give it (a tool before Kafka 4.1 prints no message: ``data`` is empty)."""
+    data = get_obj(env.body, "data", "body")
+    voters = get_list(data, "voters", "body.data", default=None)
+    if voters is not None:
+        cs.quorum.voters = tuple(get_int(v, "voterId", p) for p, v in objects(voters, "body.data.voters"))
+    return []
+
+
 def ingest_request(cs: ClusterState, env: Envelope, header: Header) -> list[Deferred]:
     """VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH and metadata-quorum FETCH lines."""
     node = env.node

@@ -10,11 +10,12 @@ from pathlib import Path
 import orjson
 import pytest
 from spark_cluster import fencewatch_run, keep_running, wait_until
-from test_job import publish, read_topic, replay_alerts
+from test_job import RUN_DEFAULTS, publish, read_topic, replay_alerts
 
 from detectors.truth import match_key
 from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker
+from streaming.bucket_layout import DEFAULT_BUCKETS
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +59,7 @@ def test_sigkill_and_restart_deliver_each_alert_exactly_once(
     broker: EmbeddedBroker, make_topic, tmp_path: Path
 ) -> None:
     events = list(Simulator(SimConfig(seed=11, fault_rate=0.01, warmup_ms=3000)).events(EVENTS))
-    expected = replay_alerts(events)
+    expected = replay_alerts(events, RUN_DEFAULTS, DEFAULT_BUCKETS)
     assert len(expected) >= 20, "the simulation should raise alerts spread over several micro-batches"
     source, alerts_topic, dead_topic = make_topic(3), make_topic(1), make_topic(1)
     publish(broker, source, [(e["cluster"].encode(), orjson.dumps(e)) for e in events])

@@ -270,6 +270,56 @@ def test_once_ships_every_record_exactly_once_in_order_with_dead_letters(
     assert ": 0 records shipped" in err and ": 10 records shipped" in err
 
 
+def unread_entry(i: int, api_key: int, name: str) -> str:
+    """Entry ``i`` as a request of an API no rule reads (``api_key``, ``name``)."""
+    return (
+        entry(i)
+        .replace('"requestApiKey": 0,', f'"requestApiKey": {api_key},')
+        .replace('"PRODUCE"', f'"{name}"')
+    )
+
+
+def test_only_the_apis_a_rule_reads_are_shipped_unless_all_apis(
+    broker: EmbeddedBroker,
+    make_topic: Callable[..., str],
+    reader: Callable[[str, int], TopicReader],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = tmp_path / "kafka-request.log"
+    parts = []
+    for i in range(12):
+        parts.append(entry(i))
+        if i % 3 == 0:
+            parts.append(unread_entry(i, 12, "HEARTBEAT"))
+        if i % 4 == 0:
+            parts.append(unread_entry(i, 3, "METADATA"))
+    parts.append(unread_entry(12, 18, "API_VERSIONS"))
+    append(log, "".join(parts) + entry(13))  # the last entry is shipped once the log moves past it
+    append(log, other_line(14))
+
+    read_topic, all_topic = make_topic(1), make_topic(1)
+    argv = ["ship", "request-log", "--once", "--from-beginning"]
+    assert main([*argv, *ship_args(broker, read_topic, "c-read", "--node", "1"), str(log)]) == 0
+    values = assert_one_ordered_partition(reader(read_topic, 1).drain(), b"c-read")
+    assert [correlation_id(v) for v in values] == [*range(12), 13]
+    assert {orjson.loads(v)["body"]["requestHeader"]["requestApiKeyName"] for v in values} == {"PRODUCE"}
+    err = capsys.readouterr().err
+    assert "fencewatch ship: 13 records shipped, 0 dead letters (13 delivered" in err
+    assert err.rstrip().endswith(
+        "; left out, no rule reads their API: 8 entries (HEARTBEAT=4, METADATA=3, API_VERSIONS=1)"
+    ), err
+
+    state = str(tmp_path / "all-apis.state")
+    extra = ["--node", "1", "--all-apis", "--state-file", state]
+    assert main([*argv, *ship_args(broker, all_topic, "c-all", *extra), str(log)]) == 0
+    values = assert_one_ordered_partition(reader(all_topic, 1).drain(), b"c-all")
+    names = [orjson.loads(v)["body"]["requestHeader"]["requestApiKeyName"] for v in values]
+    assert len(names) == 21 and names.count("HEARTBEAT") == 4 and names.count("API_VERSIONS") == 1
+    err = capsys.readouterr().err
+    assert "21 records shipped" in err and "left out" not in err
+
+
 def test_dead_letters_without_a_topic_go_to_stderr(
     broker: EmbeddedBroker,
     make_topic: Callable[..., str],
@@ -582,10 +632,11 @@ def test_ship_metadata_dump(
             for item in iter_metadata_dump(f, source="x", cluster="c-meta", node=3000)
             if not hasattr(item, "reason")
         ]
-    assert values == expected and len(values) == 13  # 12 metadata records and one LeaderChange
+    # The snapshot's KRaftVoters (no offset), 12 metadata records and one LeaderChange.
+    assert values == expected and len(values) == 14
     offsets = [orjson.loads(v)["offset"] for v in values]
-    assert offsets == sorted(offsets)
-    assert "13 records shipped, 0 dead letters (13 delivered)" in capsys.readouterr().err
+    assert offsets[0] is None and offsets[1:] == sorted(offsets[1:])
+    assert "14 records shipped, 0 dead letters (14 delivered)" in capsys.readouterr().err
 
 
 # -- ship remote-log-metadata ----------------------------------------------------------------

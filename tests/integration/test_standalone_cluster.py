@@ -11,11 +11,12 @@ from pathlib import Path
 import orjson
 import pytest
 from spark_cluster import StandaloneCluster, fencewatch_run, keep_running, wait_until
-from test_job import publish, read_topic, replay_alerts
+from test_job import RUN_DEFAULTS, publish, read_topic, replay_alerts
 
 from detectors.truth import match_key
 from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker
+from streaming.bucket_layout import DEFAULT_BUCKETS
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,7 @@ def test_job_on_standalone_cluster_alerts_equal_replay(
     standalone_cluster: StandaloneCluster, broker: EmbeddedBroker, make_topic, tmp_path: Path
 ) -> None:
     events = list(Simulator(SimConfig(seed=13, fault_rate=0.01, warmup_ms=3000)).events(20_000))
-    expected = replay_alerts(events)
+    expected = replay_alerts(events, RUN_DEFAULTS, DEFAULT_BUCKETS)
     assert expected
     source, alerts_topic, dead_topic = make_topic(3), make_topic(1), make_topic(1)
     publish(broker, source, [(e["cluster"].encode(), orjson.dumps(e)) for e in events])

@@ -10,10 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 from spark_cluster import child_env, fencewatch_run, keep_running, wait_until
-from test_job import publish, read_topic, replay_alerts
+from test_job import RUN_DEFAULTS, publish, read_topic, replay_alerts
 
 from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker, free_port
+from streaming.bucket_layout import DEFAULT_BUCKETS
 from webhooks.receiver import WebhookReceiver
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def test_alerts_raised_while_the_receiver_is_down_arrive_once_after_a_restart(
     broker: EmbeddedBroker, make_topic, tmp_path: Path
 ) -> None:
     events = list(Simulator(SimConfig(seed=17, fault_rate=0.01, warmup_ms=3000)).events(15_000))
-    expected = replay_alerts(events)
+    expected = replay_alerts(events, RUN_DEFAULTS, DEFAULT_BUCKETS)
     assert len(expected) >= 10
     source, alerts_topic, dead_topic = make_topic(3), make_topic(1), make_topic(1)
     publish(broker, source, [(e["cluster"].encode(), orjson.dumps(e)) for e in events])

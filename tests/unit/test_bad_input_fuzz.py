@@ -243,7 +243,8 @@ def _batches(draw) -> tuple[list[Entry], dict[str, int]]:
             line = (
                 f"| offset: {offset} CreateTime: 1 keySize: 4 valueSize: 9 sequence: -1 headerKeys: []{tail}"
             )
-            if kind == "LEADER_CHANGE":  # a quorum fact, with its batch's epoch: an envelope
+            # Quorum facts (a leader and its voters, a voter set), with their batch's epoch: envelopes.
+            if kind in ("LEADER_CHANGE", "KRAFT_VOTERS"):
                 entries.append(Entry([line.encode()], "envelope"))
                 continue
             controls[kind] = controls.get(kind, 0) + 1

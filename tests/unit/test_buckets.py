@@ -18,11 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from detectors.alerts import Alert
-from detectors.buckets import Bucket, buckets_of
 from detectors.cluster import Counters
-from detectors.engine import Detector
-from detectors.envelope import DeadLetter, Envelope, envelope_from_obj
-from detectors.stats import merge_buckets
+from detectors.envelope import Envelope, envelope_from_obj
+from detectors.split import Split
 from producers import shapes as s
 from tests.unit.test_simulated_histories import (
     CONFIG,
@@ -38,34 +36,8 @@ from tests.unit.test_simulated_histories import (
 COUNTS = (1, 7, 64)
 
 
-class Split:
-    """One cluster's detectors, one per bucket, fed as the streaming job feeds them."""
-
-    def __init__(self, count: int):
-        self.count = count
-        self.detectors = [Detector(CONFIG, now_ms=lambda: 0, bucket=Bucket(i, count)) for i in range(count)]
-        self.dead_letters: list[DeadLetter] = []
-        self.own_records = [0] * count  # records a bucket received and not every bucket did
-
-    def ingest(self, env: Envelope) -> None:
-        targets = buckets_of(env, self.count)
-        if len(targets) < self.count:
-            for b in targets:
-                self.own_records[b] += 1
-        for b in targets:
-            self.dead_letters.extend(self.detectors[b].ingest(env, home=b == targets[0]))
-
-    def finish(self) -> list[Alert]:
-        for detector in self.detectors:
-            self.dead_letters.extend(detector.flush())
-        return [a for d in self.detectors for a in d.drain()]
-
-    def snapshot(self, cluster: str) -> dict[str, object]:
-        return merge_buckets([d.snapshot(cluster) for d in self.detectors if cluster in d.clusters])
-
-
 def split_run(arrival: Iterable[Envelope], count: int) -> tuple[list[Alert], Split]:
-    split = Split(count)
+    split = Split(count, CONFIG)
     for env in arrival:
         split.ingest(env)
     return split.finish(), split

@@ -12,6 +12,7 @@ from detectors.clocks import ClockBook, MetadataClock
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
+from detectors.split import Split
 from detectors.stats import UnverifiedReason
 from detectors.truth import confusion
 from producers.sim_clocks import Failover, parse_clock
@@ -33,8 +34,8 @@ def test_requests_that_knew_new_epochs_bound_a_broker_clock_from_above():
     # Epochs created at 10 s and 20 s (metadata clock); broker 3 runs 3 s ahead and the
     # first requests carrying them reach it 40 ms and 25 ms later.
     clocks.created_epoch((PARTITION, "L", 1), 10_000)
-    clocks.created_epoch((PARTITION, "L", 2), 20_000)
     clocks.knows(3, 13_040, (PARTITION, "L", 1))
+    clocks.created_epoch((PARTITION, "L", 2), 20_000)
     clocks.knows(3, 23_025, (PARTITION, "L", 2))
     clocks.knows(3, 25_000, (PARTITION, "L", 2))  # a later request says less
     interval = clocks.interval(3, 25_000)
@@ -46,16 +47,35 @@ def test_requests_that_knew_new_epochs_bound_a_broker_clock_from_above():
 def test_one_loose_bound_leaves_every_offset_from_agreement_up_to_it():
     """A stale client's request long after its epoch was created, or the first
     requests of a clock far ahead: one record's evidence is not corroborated, so
-    the clock may agree with the metadata log or be up to that far ahead."""
+    the clock may be from the slack behind agreement with the metadata log up to
+    that far ahead."""
     clocks = book()
     clocks.created_epoch((PARTITION, "L", 1), 10_000)
     clocks.knows(3, 17_000, (PARTITION, "L", 1))
     interval = clocks.interval(3, 17_000)
-    assert (interval.low_ms, interval.high_ms, interval.low_measured) == (0, 7000, False)
+    assert (interval.low_ms, interval.high_ms, interval.low_measured) == (-1000, 7000, False)
     clocks.knows(4, 9_700, (PARTITION, "L", 1))  # proves node 4 at least 300 ms behind
     assert (clocks.interval(4, 9_700).low_ms, clocks.interval(4, 9_700).high_ms) == (-1300, -300)
     clocks.knows(5, 50_000, (PARTITION, "L", 1))  # 40 s after: looser than the 30 s limit
     assert not clocks.interval(5, 50_000).measured
+
+
+def test_a_claim_about_an_epoch_already_followed_corroborates_nothing():
+    """A stale request (a zombie's, a lagging client's) knew an old epoch: an upper
+    bound, but not evidence that the node learns new epochs soon. Two such bounds
+    that happen to agree (both ~10 s after their records) make no tight clock."""
+    clocks = book()
+    other = ("topic-id", 1)
+    clocks.created_epoch((PARTITION, "L", 1), 10_000)
+    clocks.created_epoch((PARTITION, "L", 2), 12_000)
+    clocks.created_epoch((other, "L", 1), 10_900)
+    clocks.knows(3, 20_000, (PARTITION, "L", 1))  # epoch 1 was followed by 2 already
+    clocks.knows(3, 21_000, (other, "L", 1))
+    interval = clocks.interval(3, 21_000)
+    assert (interval.low_ms, interval.high_ms) == (-1000, 10_000)
+    clocks.knows(3, 21_700, (PARTITION, "L", 2))  # a fresh claim agreeing with the other: tight
+    interval = clocks.interval(3, 21_700)
+    assert (interval.low_ms, interval.high_ms) == (8700, 9700)
 
 
 def test_a_claim_before_its_record_waits_for_it():
@@ -84,16 +104,16 @@ def test_a_silence_in_a_busy_log_cuts_the_evidence_before_it():
     for i in range(20):
         clocks.saw(3, 10_000 + 100 * i)
     clocks.created_epoch((PARTITION, "L", 1), 10_000)
-    clocks.created_epoch((PARTITION, "L", 2), 11_500)
     clocks.knows(3, 10_020, (PARTITION, "L", 1))
+    clocks.created_epoch((PARTITION, "L", 2), 11_500)
     clocks.knows(3, 11_530, (PARTITION, "L", 2))
     before = clocks.interval(3, 11_900)
     assert before.measured and before.high_ms == 20
     clocks.saw(3, 20_000)  # 8 s later in its own time
     assert clocks.interval(3, 20_000) == before
     clocks.created_epoch((PARTITION, "L", 3), 12_000)
-    clocks.created_epoch((PARTITION, "L", 4), 13_500)
     clocks.knows(3, 20_030, (PARTITION, "L", 3))
+    clocks.created_epoch((PARTITION, "L", 4), 13_500)
     clocks.knows(3, 21_510, (PARTITION, "L", 4))
     after = clocks.interval(3, 21_600)
     assert (after.low_ms, after.high_ms) == (8_010 - 1_000, 8_010)  # the earlier 20 ms no longer count
@@ -201,6 +221,29 @@ def test_a_controller_fail_over_onto_a_wrong_clock_raises_no_false_alarm(seed):
     assert fp == 0, {k: v for k, v in table.items() if v["fp"]}
     assert tp >= 0.9 * (tp + fn)
     assert any(moved < -2000 for _, moved in detector.clusters["sim-1"].metadata_clock.steps)
+
+
+@pytest.mark.parametrize("spec", ["3=+3s", "3=-3s"])
+def test_buckets_measure_clocks_from_their_own_partitions_and_raise_no_false_alarm(spec):
+    """The streaming job's buckets (detectors.split) each measure a node's clock
+    from the requests of their own partitions: sparser evidence, wider or
+    one-sided intervals, never a verdict that an offset the evidence allows
+    would explain."""
+    sim = Simulator(
+        SimConfig(
+            seed=11,
+            fault_rate=0.01,
+            warmup_ms=3000,
+            clocks=(parse_clock(spec), parse_clock("3001=-3s")),
+            failovers=(Failover(15_000, to=3001),),
+        )
+    )
+    split = Split(7, MEASURING)
+    for i, (_, raw) in enumerate(sim.timed_events(60_000)):
+        split.ingest(envelope_from_obj(raw, f"sim:{i}", i))
+    tp, fp, fn = totals(confusion([a.to_dict() for a in split.finish()], sim.truth))
+    assert fp == 0
+    assert tp >= 0.85 * (tp + fn), (tp, fn)
 
 
 def test_every_interval_contains_the_true_offset_when_every_clock_is_right():

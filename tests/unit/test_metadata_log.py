@@ -30,6 +30,7 @@ from metadata_log_files import (
     snapshot_name,
 )
 
+from detectors.engine import Detector
 from detectors.envelope import DeadLetter, Envelope
 from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
 from fencewatch import cli
@@ -243,23 +244,18 @@ def test_files_give_the_envelopes_the_dump_of_the_same_files_gives(tmp_path):
     text = "".join(dump_text(str(path), log) for path, log in zip(paths, logs, strict=True))
     dumped = from_dump(text, dump_stats)
     assert dicts(native) == dicts(dumped)
-    assert (
-        len(native) == 5 + len(EVERY_VERSION) + 3
-    )  # snapshot records, segment records, 2 LeaderChange, 1 NoOp
+    # The snapshot's KRaftVoters and records, segment records, 2 LeaderChange, 1 NoOp.
+    assert len(native) == 1 + 5 + len(EVERY_VERSION) + 3
+    assert native[0].body["type"] == "KRAFT_VOTERS"  # type: ignore[union-attr]
     assert native_stats.records == dump_stats.records
     assert (
         native_stats.control_records_by_type
         == dump_stats.control_records_by_type
-        == {
-            "SNAPSHOT_HEADER": 1,
-            "KRAFT_VERSION": 1,
-            "KRAFT_VOTERS": 1,
-            "SNAPSHOT_FOOTER": 1,
-        }
+        == {"SNAPSHOT_HEADER": 1, "KRAFT_VERSION": 1, "SNAPSHOT_FOOTER": 1}
     )
     # Only the position differs: FILE:BYTE of the batch.
     segment = paths[1]
-    assert [e.position for e in native[5:8]] == [
+    assert [e.position for e in native[6:9]] == [
         f"{segment}:0",
         *[f"{segment}:{len(batch_bytes(logs[1].batches[0]))}"] * 2,
     ]
@@ -276,14 +272,13 @@ def test_convert_metadata_log_and_metadata_dump_print_the_same_lines(tmp_path, m
     assert cli.main(["convert", "metadata-dump", "--cluster", "c1", str(dump)]) == 0
     dump_out, _ = capsys.readouterr()
     assert native_out == dump_out
-    assert native_out.count("\n") == 5 + len(EVERY_VERSION) + 3
-    records = 5 + len(EVERY_VERSION) + 3
+    records = 1 + 5 + len(EVERY_VERSION) + 3
+    assert native_out.count("\n") == records
     assert native_err.startswith(
         f"fencewatch convert metadata-log: 2 file(s), 14 batches: {records} records ("
     )
-    assert (
-        ", 0 dead letters; skipped: 4 control records (KRAFT_VERSION=1, KRAFT_VOTERS=1, SNAPSHOT_FOOTER=1, "
-        in (native_err)
+    assert ", 0 dead letters; skipped: 3 control records (KRAFT_VERSION=1, SNAPSHOT_FOOTER=1, " in (
+        native_err
     )
 
 
@@ -446,6 +441,7 @@ def test_a_snapshot_has_no_offsets_and_the_time_of_its_last_contained_record(tmp
     stats = MetadataLogStats()
     envelopes = read(path, stats)
     assert [(e.offset, e.ts_ms, e.body["type"]) for e in envelopes] == [  # type: ignore[union-attr]
+        (None, T0 - 1000, "KRAFT_VOTERS"),  # the voter set the snapshot holds (KIP-853)
         (None, T0 - 1000, "FEATURE_LEVEL_RECORD"),
         (None, T0 - 1000, "REGISTER_BROKER_RECORD"),
         (None, T0 - 1000, "REGISTER_BROKER_RECORD"),
@@ -453,7 +449,6 @@ def test_a_snapshot_has_no_offsets_and_the_time_of_its_last_contained_record(tmp
     assert stats.control_records_by_type == {
         "SNAPSHOT_HEADER": 1,
         "KRAFT_VERSION": 1,
-        "KRAFT_VOTERS": 1,
         "LEADER_CHANGE": 1,
         "SNAPSHOT_FOOTER": 1,
     }
@@ -461,7 +456,7 @@ def test_a_snapshot_has_no_offsets_and_the_time_of_its_last_contained_record(tmp
 
 def test_a_snapshot_without_a_last_contained_time_keeps_each_records_time(tmp_path):
     (path,) = write(tmp_path, snapshot(0, 0, [Record(T0 - 5000, EVERY_VERSION[0])]))
-    assert [e.ts_ms for e in read(path)] == [T0 - 5000]  # type: ignore[union-attr]
+    assert [e.ts_ms for e in read(path)] == [T0, T0 - 5000]  # type: ignore[union-attr]
 
 
 def test_leader_change_carries_its_batch_epoch_leader_and_voters(tmp_path):
@@ -487,12 +482,58 @@ def test_leader_change_carries_its_batch_epoch_leader_and_voters(tmp_path):
     }
 
 
-@pytest.mark.parametrize("codec", [1, 3], ids=["gzip", "lz4"])
+TWO_VOTERS = {
+    "version": 0,
+    "voters": [
+        {
+            "voterId": voter,
+            "voterDirectoryId": DIRS[voter - 1],
+            "endpoints": [{"name": "CONTROLLER", "host": f"kafka-{voter}", "port": 9093}],
+            "kRaftVersionFeature": {"minSupportedVersion": 0, "maxSupportedVersion": 1},
+        }
+        for voter in (1, 2)
+    ],
+}
+
+
+def test_kraft_voters_is_an_envelope_as_the_dump_prints_it_and_sets_the_quorums_voters(tmp_path):
+    # The leader writes a voter-set change as a control batch of one KRaftVoters
+    # record (KafkaRaftClient via BatchAccumulator.appendVotersRecord: key
+    # ControlRecordType KRAFT_VOTERS (6), value VotersRecord v0).
+    log = LogFile(
+        segment_name(40),
+        [
+            Batch(40, 4, [leader_change(T0, 1, [1, 2])]),
+            Batch(41, 4, [Record(T0 + 100, TWO_VOTERS, control="KRAFT_VOTERS")]),
+        ],
+    )
+    (path,) = write(tmp_path, log)
+    stats, dump_stats = MetadataLogStats(), MetadataDumpStats()
+    native = read(path, stats)
+    assert dicts(native) == dicts(from_dump(dump_text(str(path), log), dump_stats))
+    assert native[1].to_dict() == {  # type: ignore[union-attr]
+        "cluster": "c1",
+        "node": 3000,
+        "ts_ms": T0 + 100,
+        "kind": "metadata",
+        "offset": 41,
+        "body": {"type": "KRAFT_VOTERS", "partitionLeaderEpoch": 4, "data": TWO_VOTERS},
+    }
+    assert stats.control_records_by_type == dump_stats.control_records_by_type == {}
+    # The LeaderChange names voters 1, 2 and 3; the KRaftVoters after it, only 1 and 2.
+    detector = Detector(now_ms=lambda: 0)
+    for env in native:
+        assert detector.ingest(env) == []  # type: ignore[arg-type]
+    assert detector.flush() == []
+    assert detector.cluster("c1").quorum.voters == (1, 2)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches_read_like_plain_ones(tmp_path, codec):
     # Kafka writes the metadata log uncompressed (KafkaRaftClient, RecordsSnapshotWriter:
-    # Compression.NONE); a compressed batch, should one appear, reads the same.
-    # (snappy and zstd take the same path in DefaultRecordBatch, given the optional
-    # python-snappy / zstandard libraries, which this project does not install.)
+    # Compression.NONE); a compressed batch, should one appear, reads the same, in
+    # every codec Kafka has (CompressionType: gzip 1, snappy 2, lz4 3, zstd 4; kafka-python
+    # needs python-snappy and zstandard, which pyproject.toml declares).
     records = [Record(T0 + i, b) for i, b in enumerate(EVERY_VERSION)]
     plain = read(write(tmp_path, LogFile(segment_name(0), [Batch(0, 1, records)]))[0])
     path = tmp_path / "compressed" / segment_name(0)

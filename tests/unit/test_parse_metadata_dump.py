@@ -45,6 +45,7 @@ def test_fixture_yields_metadata_records_and_counts_control_records():
 
     assert all(isinstance(item, Envelope) for item in items)
     assert [item.body["type"] for item in items] == [
+        "KRAFT_VOTERS",  # the snapshot's voter set (KIP-853), a quorum fact too
         "LEADER_CHANGE",  # a quorum fact: tests/unit/test_leader_change.py
         "FEATURE_LEVEL_RECORD",
         "FEATURE_LEVEL_RECORD",
@@ -59,22 +60,18 @@ def test_fixture_yields_metadata_records_and_counts_control_records():
         "PARTITION_RECORD",
         "PARTITION_CHANGE_RECORD",
     ]
-    assert [item.offset for item in items] == list(range(13))
-    assert [item.seq for item in items] == list(range(13))
-    assert items[0].position == "m.dump:13" and items[-1].position == "m.dump:34"
-    assert stats.control_records_by_type == {
-        "SNAPSHOT_HEADER": 1,
-        "KRAFT_VERSION": 1,
-        "KRAFT_VOTERS": 1,
-        "SNAPSHOT_FOOTER": 1,
-    }
-    assert (stats.lines, stats.records, stats.dead_letters, stats.other_lines) == (34, 13, 0, 17)
+    assert [item.offset for item in items] == [None, *range(13)]  # the first from the snapshot
+    assert [item.seq for item in items] == list(range(14))
+    assert items[0].position == "m.dump:7" and items[1].position == "m.dump:13"
+    assert items[-1].position == "m.dump:34"
+    assert stats.control_records_by_type == {"SNAPSHOT_HEADER": 1, "KRAFT_VERSION": 1, "SNAPSHOT_FOOTER": 1}
+    assert (stats.lines, stats.records, stats.dead_letters, stats.other_lines) == (34, 14, 0, 17)
     assert stats.lines == stats.records + stats.dead_letters + stats.control_records + stats.other_lines
 
 
 def test_envelope_is_the_payload_unchanged_with_offset_and_create_time():
     lines = fixture_lines()
-    register = parse(lines, node=3000)[3]
+    register = parse(lines, node=3000)[4]
     line = lines[17].decode()
     payload = orjson.loads(line.split(" payload: ", 1)[1])
 
@@ -87,7 +84,7 @@ def test_envelope_is_the_payload_unchanged_with_offset_and_create_time():
         "body": payload,
     }
     assert register.body["data"]["brokerId"] == 1 and register.body["data"]["fenced"] is True
-    unfence = parse(lines)[6]
+    unfence = parse(lines)[7]
     assert unfence.body["data"] == {"brokerId": 1, "brokerEpoch": 3, "fenced": -1}
     assert unfence.node is None
 

@@ -112,10 +112,11 @@ def test_each_form_becomes_its_record(line, body):
     env = one(line)
 
     assert isinstance(env, Envelope)
-    assert (env.cluster, env.node, env.kind, env.offset) == (CLUSTER, None, "remote_log_metadata", None)
+    partition, offset = (int(n) for n in re.match(r"partition: (\d+), offset: (\d+)", line).groups())  # type: ignore[union-attr]
+    assert (env.cluster, env.node, env.kind, env.offset) == (CLUSTER, None, "remote_log_metadata", offset)
     assert env.ts_ms == body["data"]["eventTimestampMs"]
     assert env.position == "rlm.txt:1"
-    assert env.body == body
+    assert env.body == {**body, "partition": partition}
 
 
 def test_the_line_kafkas_own_formatter_test_expects_is_read():
@@ -175,7 +176,7 @@ def test_bodies_are_what_the_remote_rules_read():
 
 
 def test_same_offset_in_two_metadata_partitions_gives_two_distinct_records():
-    # The topic has many partitions; their offsets repeat, so none is the envelope's offset.
+    # The topic has many partitions whose offsets repeat: the envelope names both.
     other = SEGMENT.replace("partition: 12, offset: 0", "partition: 31, offset: 0").replace(
         ":orders-0,", ":orders-1,"
     )
@@ -183,7 +184,8 @@ def test_same_offset_in_two_metadata_partitions_gives_two_distinct_records():
     first, second = parse([SEGMENT, other])
 
     assert isinstance(first, Envelope) and isinstance(second, Envelope)
-    assert first.offset is None and second.offset is None
+    assert (first.offset, first.body["partition"]) == (0, 12)
+    assert (second.offset, second.body["partition"]) == (0, 31)
     assert first.body != second.body
 
 
@@ -372,9 +374,11 @@ def test_convert_writes_envelopes_and_a_summary(main, capsys):
     assert code == 0
     rows = [orjson.loads(line) for line in out.splitlines()]
     assert len(rows) == 12
-    assert {(r["cluster"], r["kind"], r["node"], r["offset"]) for r in rows} == {
-        (CLUSTER, "remote_log_metadata", None, None)
-    }
+    assert {(r["cluster"], r["kind"], r["node"]) for r in rows} == {(CLUSTER, "remote_log_metadata", None)}
+    printed = [
+        line.split(", value: ")[0] for line in SAMPLE.read_text().splitlines() if line.startswith("partition")
+    ]
+    assert [f"partition: {r['body']['partition']}, offset: {r['offset']}" for r in rows] == printed
     assert "13 lines: 12 records (" in err
     assert "RemotePartitionDeleteMetadataRecord=1), 0 dead letters; skipped: 1 other lines" in err
 

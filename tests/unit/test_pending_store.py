@@ -366,3 +366,30 @@ def test_a_bucket_of_state_format_3_has_its_remote_segments_moved_to_their_parti
     assert sorted(alert_ids) == sorted(a.alert_id for a in expected.drain())
     final = snapshot_format.decode(old.peekValueState("detector", CLUSTER)[1])
     assert final.counters == expected.counters
+
+
+def test_a_cached_detector_moves_its_idle_flush_without_listing_timers(monkeypatch: pytest.MonkeyPatch):
+    """The idle flush follows a bucket's last batch: one timer, ``idle_flush_ms``
+    after it. A worker that loaded the detector lists the stored timers to
+    delete them; one that holds the stored version knows them already."""
+    events = simulated(23, 1500)
+    tester = operator()
+    listed: list[Any] = []
+    handle = tester.handle
+    list_timers = type(handle).listTimers
+    monkeypatch.setattr(type(handle), "listTimers", lambda self: listed.append(1) or list_timers(self))
+    for batch, start in enumerate(range(0, 1500, 500)):
+        tester.setProcessingTime(1_000 * (batch + 1))
+        tester.testInPandas(CLUSTER, rows(events[start : start + 500], start))
+        handle.setGroupingKey(CLUSTER)
+        assert list(handle.listTimers()) == [1_000 * (batch + 1) + 10_000]
+        listed.pop()  # the assertion's own listing
+    assert len(listed) == 1  # the first batch, which built its detector, only
+
+    restarted = operator(tester)  # a new worker: nothing cached; the stored timer is listed
+    restarted.handle._timers = handle._timers
+    restarted.setProcessingTime(5_000)
+    restarted.testInPandas(CLUSTER, rows(simulated(23, 2000)[1500:], 1500))
+    restarted.handle.setGroupingKey(CLUSTER)
+    assert list(restarted.handle.listTimers()) == [15_000]
+    assert len(listed) == 3  # the restarted batch's, and the assertion's

@@ -25,7 +25,8 @@ from detectors.engine import Detector
 from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_from_obj
 from detectors.errors import KafkaError
 from detectors.merge import merge_sources
-from detectors.redelivery import Arrival, OffsetOrder
+from detectors.parse_remote_log_metadata import iter_remote_log_metadata
+from detectors.redelivery import Arrival, OffsetOrder, PartitionedOffsetOrder
 from detectors.sources import read_envelopes
 from producers import shapes as s
 from producers.simulator import SimConfig, Simulator
@@ -218,3 +219,62 @@ def test_a_metadata_record_out_of_offset_order_beyond_lateness_is_a_dead_letter(
     assert "offset 101 arrived after offset 103 was applied" in letter.reason
     state = outcome.view.partition((cluster.topic_id, 0))
     assert state is not None and (state.latest.leader, state.latest.leader_epoch) == (3, 2)
+
+
+# ---- __remote_log_metadata: one offset order per partition (issue 24) ------------------------------
+
+_TOPIC_ID = "qG8hUlWTTJ2eRb_bFvWRXg"
+
+
+def _remote(partition: int, offset: int, ts_ms: int) -> Envelope:
+    """A segment's COPY_SEGMENT_STARTED line as RemoteLogMetadataFormatter prints it,
+    read by the parser ``convert``/``ship remote-log-metadata`` use; each
+    (partition, offset) its own segment, of topic partition ``orders-<offset>``."""
+    segment = f"{partition:011d}{offset:011d}"
+    line = (
+        f"partition: {partition}, offset: {offset}, value: RemoteLogSegmentMetadata{{remoteLogSegmentId="
+        f"RemoteLogSegmentId{{topicIdPartition={_TOPIC_ID}:orders-{offset}, id={segment}}}, startOffset=0, "
+        f"endOffset=99, brokerId=1, maxTimestampMs={ts_ms}, eventTimestampMs={ts_ms}, "
+        "segmentLeaderEpochs={0=0}, segmentSizeInBytes=1024, customMetadata=Optional.empty, "
+        "state=COPY_SEGMENT_STARTED, txnIdxEmpty=true}"
+    )
+    (env,) = iter_remote_log_metadata([line.encode()], source="rlm.txt", cluster="c")
+    assert isinstance(env, Envelope)
+    return env
+
+
+def test_each_remote_log_metadata_partition_keeps_its_own_offset_order():
+    log = PartitionedOffsetOrder()
+    p12_0, p12_1, p31_0 = _remote(12, 0, 1000), _remote(12, 1, 1001), _remote(31, 0, 1002)
+    assert log.log_of(p12_0).offer(p12_0) is Arrival.HELD
+    assert list(log.ready(watermark_ms=1000)) == [p12_0]
+    assert log.log_of(p12_1).offer(p12_1) is Arrival.APPLY
+    # Offset 0 again, of another partition: a record of its own, not a re-delivery.
+    assert log.log_of(p31_0).offer(p31_0) is Arrival.HELD
+    assert log.held_count() == 1
+    assert list(log.ready(watermark_ms=1002)) == [p31_0]
+    assert log.log_of(p12_0).offer(_remote(12, 0, 1000)) is Arrival.DUPLICATE
+
+
+def test_remote_log_metadata_partitions_interleave_and_only_their_own_order_is_enforced():
+    detector = Detector(now_ms=lambda: 0)
+    late = DetectorConfig().lateness_ms + 1
+    arrivals = [
+        _remote(12, 0, 1000),
+        _remote(31, 5, 1001),  # another partition, another numbering: never against partition 12's
+        _remote(12, 2, 1002),  # past a gap in partition 12: held
+        _remote(31, 6, 1003),
+        _remote(12, 2, 1002),  # delivered again
+        _remote(7, 0, 1002 + late),  # the watermark passes 1002: partition 12's offset 2 applied
+        _remote(31, 4, 1004 + late),  # before partition 31's first applied: too late
+        _remote(12, 1, 1005 + late),  # passed over in partition 12: too late
+        _remote(31, 7, 1006 + late),
+    ]
+    letters = [letter for env in arrivals for letter in detector.ingest(env)] + detector.flush()
+    assert [(letter.kind, letter.reason.split(" was applied")[0]) for letter in letters] == [
+        (DeadLetterClass.OUT_OF_ORDER, "remote_log_metadata offset 4 arrived after offset 6"),
+        (DeadLetterClass.OUT_OF_ORDER, "remote_log_metadata offset 1 arrived after offset 2"),
+    ]
+    assert detector.counters.duplicates == 1
+    logs = detector.cluster("c").remote_log.partitions
+    assert {partition: log.last for partition, log in logs.items()} == {12: 2, 31: 7, 7: 0}

@@ -95,9 +95,9 @@ def test_every_line_read_is_accounted_for(main, capsys, tmp_path, envelopes):
     second.write_bytes(b"".join(envelopes[-3:]) + b"not json\n")
     assert main(["replay", "--no-progress", str(first), str(second)]) == 0
     err = capsys.readouterr().err
-    # 17 + 2 blank + 3 + 1 = 23 lines: 17 processed, 3 duplicates, 1 dead letter, 2 blank.
+    # 18 + 2 blank + 3 + 1 = 24 lines: 18 processed, 3 duplicates, 1 dead letter, 2 blank.
     assert (
-        "fencewatch replay: 2 file(s), 23 lines: 17 envelopes processed, 3 duplicates, 0 too late to judge, "
+        "fencewatch replay: 2 file(s), 24 lines: 18 envelopes processed, 3 duplicates, 0 too late to judge, "
         "1 dead letters, 2 blank lines"
     ) in err.splitlines()
 
@@ -150,7 +150,7 @@ def test_with_a_dead_letter_file_none_go_to_stderr(main, capsys, tmp_path, envel
     assert not any(line.startswith("{") for line in err.splitlines())
     assert f"fencewatch replay: 8 dead letters written to {dead}" in err.splitlines()
     assert [orjson.loads(line)["position"] for line in dead.read_text().splitlines()] == [
-        f"{path}:{n}" for n in range(18, 26)
+        f"{path}:{n}" for n in range(19, 27)
     ]
 
 

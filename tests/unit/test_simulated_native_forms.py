@@ -72,11 +72,12 @@ def simulate(
 
 
 def assert_native(history: list[Envelope]) -> None:
-    """The quorum and remote records are the parsers' (no offset; remote: no node)."""
+    """The quorum and remote records are the parsers' (remote: its
+    ``__remote_log_metadata`` partition and offset, no node)."""
     remote = [e for e in history if e.kind == "remote_log_metadata"]
     quorum = [e for e in history if e.kind == "quorum_state"]
     assert remote and quorum
-    assert all(e.offset is None and e.node is None for e in remote)
+    assert all(type(e.offset) is int and type(e.body["partition"]) is int and e.node is None for e in remote)
     assert all(e.body["data_version"] == 0 for e in quorum)
 
 

@@ -15,7 +15,7 @@ from pyspark.sql import Row
 
 from streaming.delivery_ledger import PublishMark, newest_usable
 from streaming.kafka_source import LOST_OFFSETS_METRIC, LogSpan, plan_ends
-from streaming.listener import JobListener
+from streaming.listener import JobListener, _ProgressAsJson
 from streaming.metrics import Metrics
 
 
@@ -70,6 +70,61 @@ def test_the_listener_logs_and_counts_each_lost_range(caplog: pytest.LogCaptureF
         "topic events partition 2: 3 offsets [7, 10) vanished before the job read them (retention, "
         "truncation, or the topic was deleted and recreated); their records were not judged",
     ]
+
+
+def report_json(rows: int, ranges: list[dict[str, int]]) -> str:
+    """A progress report as the JVM writes it (``StreamingQueryProgress.json()``)."""
+    offsets = json.dumps({"0": 400})
+    source = {
+        "description": "fencewatch-kafka",
+        "startOffset": offsets,
+        "endOffset": offsets,
+        "latestOffset": offsets,
+        "numInputRows": rows,
+        "inputRowsPerSecond": 1.0,
+        "processedRowsPerSecond": 1.0,
+        "metrics": {},
+    }
+    return json.dumps(
+        {
+            "id": "9b2c2c8e-6d0a-4a5e-8a57-2f3c0c1d7f10",
+            "runId": "0b7e3c55-3b8e-4c39-9a9d-6c8c8b0e4a21",
+            "name": "fencewatch",
+            "timestamp": "2026-11-27T05:00:00.000Z",
+            "batchId": 7,
+            "batchDuration": 100,
+            "durationMs": {"triggerExecution": 100},
+            "stateOperators": [],
+            "sources": [source],
+            "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
+            "numInputRows": rows,
+            "inputRowsPerSecond": 1.0,
+            "processedRowsPerSecond": 1.0,
+            "observedMetrics": {LOST_OFFSETS_METRIC: {"ranges": ranges}},
+        }
+    )
+
+
+def test_the_listener_reads_each_report_as_json_in_one_call(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics(CollectorRegistry())
+    listener = JobListener(metrics, "fencewatch", "events")
+    calls: list[str] = []
+
+    def event(report: str) -> SimpleNamespace:
+        def json_of() -> str:
+            calls.append("json")
+            return report
+
+        return SimpleNamespace(progress=lambda: SimpleNamespace(json=json_of))
+
+    java_side = _ProgressAsJson(listener)
+    with caplog.at_level(logging.WARNING, logger="streaming.listener"):
+        java_side.onQueryProgress(event(report_json(21, [{"partition": 1, "first": 40, "offsets": 1}])))
+    assert calls == ["json"]
+    get = metrics.registry.get_sample_value
+    assert get("fencewatch_source_offsets_lost_total", {"topic": "events"}) == 1
+    assert get("fencewatch_source_events_total", {"topic": "events"}) == 20
+    assert [r.getMessage()[:46] for r in caplog.records] == ["topic events partition 1: 1 offsets [40, 41) v"]
 
 
 def test_a_publish_mark_survives_its_file_format() -> None:
