@@ -72,7 +72,6 @@ from detectors.requests import (
     UPDATE_METADATA,
     VOTE,
     AlterPartition,
-    DataPlane,
     Header,
     PartitionOutcome,
     StopReplica,
@@ -281,12 +280,9 @@ class Detector:
             )
         return cs
 
-    def ingest(self, env: Envelope, home: bool = True, decoded: DataPlane | None = None) -> list[DeadLetter]:
+    def ingest(self, env: Envelope, home: bool = True) -> list[DeadLetter]:
         """Take one event. Returns the dead letters it caused: its own if its
         body cannot be used, and those of held records it released.
-
-        ``decoded``: a data-plane request's facts read from its body already
-        (detectors.blocks), which are then not read again.
 
         ``home`` is False for a copy of a record that several buckets receive
         and another bucket counts: the copy updates this bucket's view and is
@@ -325,7 +321,7 @@ class Detector:
         else:
             due = self._first_delivery(cs, env, home)
             if due is not None:
-                self._process(cs, env, letters, home, due, decoded)
+                self._process(cs, env, letters, home, due)
         watermark = cs.watermark
         # A late record's judgment may be due at once; an applied offset may free held successors.
         if watermark is not None and (
@@ -412,18 +408,12 @@ class Detector:
         return letter
 
     def _process(
-        self,
-        cs: _Cluster,
-        env: Envelope,
-        letters: list[DeadLetter],
-        home: bool,
-        due: int | None = None,
-        decoded: DataPlane | None = None,
+        self, cs: _Cluster, env: Envelope, letters: list[DeadLetter], home: bool, due: int | None = None
     ) -> None:
         """Apply or schedule one first-delivered record; ``due``: its due time if
         known (judgments check it again when it comes)."""
         try:
-            judgments = self._dispatch(cs, env, home, decoded)
+            judgments = self._dispatch(cs, env, home)
         except BadRecord as exc:
             if not home:
                 return
@@ -554,9 +544,7 @@ class Detector:
 
     # ---- per-kind handling -----------------------------------------------------------
 
-    def _dispatch(
-        self, cs: _Cluster, env: Envelope, home: bool, decoded: DataPlane | None = None
-    ) -> list[Deferred]:
+    def _dispatch(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
         kind = env.kind
         if kind == "metadata":
             if home:
@@ -586,7 +574,7 @@ class Detector:
                 rules.isr.judge_change(cs, replace(change, env=raw) if raw is not env else change)
             return []
         if kind == "request":
-            return self._request(cs, env, home, decoded)
+            return self._request(cs, env, home)
         # Quorum and remote log records are never copied to several buckets.
         if kind == "quorum_state":
             self.counters.bump(self.counters.events, "quorum_state")
@@ -594,10 +582,8 @@ class Detector:
         self.counters.bump(self.counters.events, "remote_log_metadata")
         return rules.remote.ingest(cs, env)
 
-    def _request(
-        self, cs: _Cluster, env: Envelope, home: bool, decoded: DataPlane | None = None
-    ) -> list[Deferred]:
-        h = header(env.body) if decoded is None else decoded.header
+    def _request(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
+        h = header(env.body)
         if env.node is not None and cs.measures_clocks:
             cs.clocks.saw(env.node, env.ts_ms)
         if home:
@@ -605,30 +591,25 @@ class Detector:
         body = env.body
         owned = cs.bucket.owned
         if h.api_key == PRODUCE:
-            if decoded is None:
-                acks: int | None = get_int(
-                    get_obj(body, "request", "body"), "acks", "body.request", bounds=INT16
-                )
-                outcomes = owned(partition_outcomes(PRODUCE, body))
-            else:
-                acks, outcomes = decoded.acks, owned(decoded.outcomes)
+            acks = get_int(get_obj(body, "request", "body"), "acks", "body.request", bounds=INT16)
+            outcomes = owned(partition_outcomes(PRODUCE, body))
             _note_known_epochs(cs, env, outcomes)
             return [(rules.produce.judge, (h, acks, outcomes))]
-        if h.api_key == FETCH and decoded is None and is_quorum_fetch(body):
+        if h.api_key == FETCH and is_quorum_fetch(body):
             return rules.quorum.ingest_request(cs, env, h)
         if h.api_key in (FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH):
-            outcomes = owned(partition_outcomes(h.api_key, body) if decoded is None else decoded.outcomes)
+            outcomes = owned(partition_outcomes(h.api_key, body))
             _note_known_epochs(cs, env, outcomes)
             judged = rules.fetch.judged(list(outcomes))
             return [(rules.fetch.judge, (h, judged))] if judged else []
         if h.api_key == STOP_REPLICA:
             request = stop_replica(h.api_version, body)
-            _note_stop_replica(cs, env, request)
             if request.error == 0:
                 # Every bucket receives StopReplica: the epoch is the broker's, for all its partitions.
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
             if cs.bucket.count > 1:
                 request = replace(request, partitions=tuple(owned(request.partitions)))
+            _note_stop_replica(cs, env, request)
             return [(rules.stop_replica.judge, (h, request, home))]
         if h.api_key == LEADER_AND_ISR:
             self._leader_and_isr(cs, env, h)
@@ -736,13 +717,13 @@ def _note_known_epochs(cs: ClusterState, env: Envelope, outcomes: Sequence[Parti
 
 
 def _note_stop_replica(cs: ClusterState, env: Envelope, request: StopReplica) -> None:
-    """The controller that sent a StopReplica knew the leader epochs it names."""
+    """The controller that sent a StopReplica knew the leader epochs it names
+    (``request``: this bucket's partitions of it, whose records the bucket has)."""
     node = env.node
     if node is None or not cs.measures_clocks:
         return
     arrival = _arrival(env)
-    # Every bucket receives a StopReplica; each notes its own partitions, whose records it has.
-    for part in cs.bucket.owned(request.partitions):
+    for part in request.partitions:
         if part.leader_epoch >= 0:
             cs.clocks.knows(
                 node, arrival, ((own_topic_key(part.topic, None), part.partition), "L", part.leader_epoch)

@@ -5,6 +5,7 @@ from enum import IntEnum
 
 class KafkaError(IntEnum):
     NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
     UNKNOWN_TOPIC_OR_PARTITION = 3
     NOT_LEADER_OR_FOLLOWER = 6
     STALE_CONTROLLER_EPOCH = 11

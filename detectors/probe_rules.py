@@ -22,21 +22,20 @@ import enum
 from dataclasses import dataclass
 
 from detectors.alerts import FIRING, Alert, Evidence, make_alert_id
-from detectors.errors import error_name
+from detectors.errors import KafkaError, error_name
 from detectors.rules.base import Rule
 
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
 # Answers that show the epoch check passed and the log was read: Kafka checks the
 # epoch before the offset, so OFFSET_OUT_OF_RANGE is a served read too.
-SERVED = frozenset({NONE, OFFSET_OUT_OF_RANGE})
+SERVED = frozenset({KafkaError.NONE, KafkaError.OFFSET_OUT_OF_RANGE})
 # Answers by which a broker turns a read away for its epoch, leadership or existence.
 REJECTIONS = frozenset(
-    {UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH}
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+        KafkaError.NOT_LEADER_OR_FOLLOWER,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+    }
 )
 
 
@@ -52,11 +51,11 @@ class Kind(enum.Enum):
 
 
 EXPECTED = {
-    Kind.CURRENT: NONE,
-    Kind.FUTURE: UNKNOWN_LEADER_EPOCH,
-    Kind.PAST: FENCED_LEADER_EPOCH,
-    Kind.FOLLOWER: NOT_LEADER_OR_FOLLOWER,
-    Kind.UNKNOWN_PARTITION: UNKNOWN_TOPIC_OR_PARTITION,
+    Kind.CURRENT: KafkaError.NONE,
+    Kind.FUTURE: KafkaError.UNKNOWN_LEADER_EPOCH,
+    Kind.PAST: KafkaError.FENCED_LEADER_EPOCH,
+    Kind.FOLLOWER: KafkaError.NOT_LEADER_OR_FOLLOWER,
+    Kind.UNKNOWN_PARTITION: KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from detectors.envelope import BadRecord, DeadLetterClass
 from detectors.fields import (
@@ -126,18 +126,6 @@ def partition_outcomes(api_key: int, body: dict[str, Any]) -> list[PartitionOutc
         return _plain_outcomes(shape, body)
     except _NotPlain:
         return _checked_outcomes(shape, body)
-
-
-class DataPlane(NamedTuple):
-    """A Produce, Fetch, ListOffsets or OffsetForLeaderEpoch line decoded once
-    (detectors.blocks): its header, Produce's ``acks`` (None for the others)
-    and its partition outcomes, as the per-record readers give them. A tuple:
-    one is made per request, and a frozen dataclass costs several times more
-    to make; it lives only while its record is ingested."""
-
-    header: Header
-    acks: int | None
-    outcomes: list[PartitionOutcome]
 
 
 class _NotPlain(Exception):

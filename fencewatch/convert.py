@@ -402,6 +402,11 @@ def parse_input(
     )
 
 
+def by_name(counts: dict[str, int]) -> str:
+    """`` (A=1, B=2)``, sorted by name; "" for no counts."""
+    return " (" + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) + ")" if counts else ""
+
+
 def _unread_apis(stats: RequestLogStats) -> str:
     """The summary's account of the entries of APIs no rule reads ("" if there was none)."""
     account = unread_account(stats.unread_by_api, stats.bridges)
@@ -418,9 +423,7 @@ def _summary(fmt: str, files: int, stats: Stats) -> str:
             + (f" ({by_version})" if by_version else "")
             + f", {stats.dead_letters} dead letters"
         )
-    by_form = ""
-    if isinstance(stats, RemoteLogMetadataStats) and stats.records_by_type:
-        by_form = " (" + ", ".join(f"{k}={v}" for k, v in sorted(stats.records_by_type.items())) + ")"
+    by_form = by_name(stats.records_by_type) if isinstance(stats, RemoteLogMetadataStats) else ""
     head = (
         f"fencewatch convert {fmt}: {files} file(s), {stats.lines} lines: "
         f"{stats.records} records{by_form}, {stats.dead_letters} dead letters"
@@ -436,8 +439,7 @@ def _summary(fmt: str, files: int, stats: Stats) -> str:
             f"{head}; skipped: {stats.other_lines} other lines "
             "(blank, or the consumer's 'Processed a total of N messages')"
         )
-    by_type = ", ".join(f"{k}={v}" for k, v in sorted(stats.control_records_by_type.items()))
-    control = f" ({by_type})" if by_type else ""
+    control = by_name(stats.control_records_by_type)
     return (
         f"{head}; skipped: {stats.control_records} control records{control}, "
         f"{stats.header_lines} header and batch lines, {stats.blank_lines} blank lines, "

@@ -20,7 +20,7 @@ import sys
 
 from detectors.envelope import Envelope, dumps
 from detectors.file_kinds import SNIFF_BYTES, sniff
-from fencewatch.convert import convert_command
+from fencewatch.convert import by_name, convert_command
 from fencewatch.dead_letters import DeadLetterOutput
 from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import input_files, output_file
@@ -101,15 +101,11 @@ def run(args: argparse.Namespace) -> int:
     return 130 if stopped else 1 if empty and not stats.records else 0
 
 
-def _by_name(counts: dict[str, int]) -> str:
-    return " (" + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) + ")" if counts else ""
-
-
 def summary(stats: MetadataLogStats) -> str:
     """One human line: what became of every batch and record."""
     return (
         f"{PROG} {FORMAT}: {stats.files} file(s), {stats.batches} batches: {stats.records} records"
-        f"{_by_name(stats.records_by_type)}, {stats.dead_letters} dead letters; skipped: "
-        f"{stats.control_records} control records{_by_name(stats.control_records_by_type)}, "
-        f"{stats.unread} records without a schema here{_by_name(stats.unread_by_type)}"
+        f"{by_name(stats.records_by_type)}, {stats.dead_letters} dead letters; skipped: "
+        f"{stats.control_records} control records{by_name(stats.control_records_by_type)}, "
+        f"{stats.unread} records without a schema here{by_name(stats.unread_by_type)}"
     )

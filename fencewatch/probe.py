@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -35,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
+from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.observability import add_observability_options, check_observability_paths, observability
 from fencewatch.options import add_bootstrap_servers_option, fail
 from fencewatch.probe_client import (
@@ -283,10 +283,6 @@ def _drain(prog: str, webhooks: Any, outbox: str) -> None:
         )
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     prog = "fencewatch probe"
     check_observability_paths(args, prog)
@@ -322,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
             return DEVIATION_EXIT if report.alerts else 0
         print(f"{prog}: {table(report)}", file=sys.stderr, flush=True)
         # Orchestrators stop services with SIGTERM: as Ctrl-C, after the sinks close.
-        signal.signal(signal.SIGTERM, _interrupt)
+        stack.enter_context(sigterm_as_interrupt())
         stop = threading.Event()
         stop.wait(args.interval)
         service.every(args.interval, stop, sys.stderr)

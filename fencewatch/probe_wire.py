@@ -15,7 +15,7 @@ import kafka.errors
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from detectors.errors import KafkaError
+from detectors.errors import error_name
 
 FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = "Fetch", "ListOffsets", "OffsetForLeaderEpoch"
 APIS = (FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH)
@@ -35,11 +35,10 @@ FETCH_MAX_WAIT_MS = 10
 
 
 def answer_name(code: int) -> str:
-    """Kafka's name of an error code (NOT_LEADER_OR_FOLLOWER, not the pre-2.6 name)."""
-    try:
-        return KafkaError(code).name
-    except ValueError:
-        return str(getattr(kafka.errors.for_code(code), "message", code))
+    """Kafka's name of an error code (NOT_LEADER_OR_FOLLOWER, not the pre-2.6 name);
+    kafka-python's for a code the rules do not name."""
+    name = error_name(code)
+    return name if name != str(code) else str(getattr(kafka.errors.for_code(code), "message", code))
 
 
 def topic_id_text(topic_id: uuid.UUID | None) -> str | None:

@@ -11,14 +11,11 @@ import argparse
 import os
 import sys
 from functools import partial
-from itertools import islice
 from typing import Any
 
 import orjson
 from tqdm import tqdm
 
-from detectors.alerts import Alert
-from detectors.blocks import BLOCK_ITEMS, ingest_block, read_envelope_blocks
 from detectors.config import DetectorConfig
 from detectors.engine import TOO_LATE, Detector
 from detectors.envelope import DeadLetter, dumps
@@ -105,13 +102,6 @@ def add_parser(sub: Any) -> None:
         default=os.environ.get("FENCEWATCH_SPARK_MASTER", "local[2]"),
         help="--engine spark: Spark master URL (env FENCEWATCH_SPARK_MASTER; default %(default)s)",
     )
-    p.add_argument(
-        "--per-record",
-        action="store_true",
-        help="read one line at a time and let the detector read every request body itself, instead of "
-        "a block at a time with the data-plane requests decoded once (the default); "
-        'both give the same alerts and summary (docs/architecture.md, "The block path")',
-    )
     add_detector_options(p)
     add_record_limit_option(p)
     p.set_defaults(run=run)
@@ -166,8 +156,8 @@ def run(args: argparse.Namespace) -> int:
 
     stopped = False
 
-    def write_alerts(drained: list[Alert] | None = None) -> None:
-        for alert in detector.drain() if drained is None else drained:
+    def write_alerts() -> None:
+        for alert in detector.drain():
             record = alert.to_dict()
             out.write(dumps(record) + "\n")
             if truth is not None:
@@ -177,29 +167,18 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with sigterm_as_interrupt():
-            read = read_envelopes if args.per_record else read_envelope_blocks
             streams = [
-                read(f, name, bar.update, args.max_record_bytes, counts)
+                read_envelopes(f, name, bar.update, args.max_record_bytes, counts)
                 for (name, _, f), counts in zip(sniffed, line_stats, strict=True)
             ]
-            merged = merge_sources(streams, config.lateness_ms)
-            if args.per_record:
-                for item in merged:
-                    if isinstance(item, DeadLetter):
-                        detector.dead_letter(item)
-                        report_dead(item)
-                        continue
-                    for letter in detector.ingest(item):
-                        report_judged_dead(letter)
-                    write_alerts()
-            else:
-                while True:
-                    outcome = ingest_block(detector, islice(merged, BLOCK_ITEMS))
-                    for letter, judged in outcome.letters:
-                        (report_judged_dead if judged else report_dead)(letter)
-                    write_alerts(outcome.alerts)
-                    if outcome.items < BLOCK_ITEMS:
-                        break
+            for item in merge_sources(streams, config.lateness_ms):
+                if isinstance(item, DeadLetter):
+                    detector.dead_letter(item)
+                    report_dead(item)
+                    continue
+                for letter in detector.ingest(item):
+                    report_judged_dead(letter)
+                write_alerts()
             for letter in detector.flush():
                 report_judged_dead(letter)
             write_alerts()
