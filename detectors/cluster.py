@@ -106,8 +106,9 @@ class ClusterState:
         if not interval.measured or not math.isfinite(interval.width_ms):
             return env.ts_ms, env.ts_ms
         width = min(interval.width_ms, self.config.clock_limit_ms)
-        earliest = math.floor(env.ts_ms - handling_ms(env) - interval.high_ms)
-        return earliest, math.ceil(earliest + handling_ms(env) + width)
+        took = handling_ms(env)
+        earliest = math.floor(env.ts_ms - took - interval.high_ms)
+        return earliest, math.ceil(earliest + took + width)
 
     def placed(self, node: int | None, ts_ms: int) -> tuple[int, int] | None:
         """The earliest and latest moments of the metadata log's clock at which
@@ -221,7 +222,9 @@ def handling_ms(env: Envelope) -> int:
     ``totalTimeMs``); its line is stamped at the end. Bodies kept for judgments
     carry only this (detectors.envelope.without_body)."""
     total = env.body.get("totalTimeMs")
-    if isinstance(total, int | float) and total.__class__ is not bool and 0 <= total < 2**31:
+    # A tuple, not ``int | float``: isinstance takes a union type's slow path, and
+    # this runs several times per request.
+    if isinstance(total, (int, float)) and total.__class__ is not bool and 0 <= total < 2**31:
         return math.ceil(total)
     return 0
 

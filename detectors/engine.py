@@ -569,7 +569,9 @@ class Detector:
                 return rules.quorum.ingest_voters(cs, env) if home else []
             change = cs.view.apply(env)
             if change is not None:
-                _note_created(cs, change)
+                # A record stamped before its predecessor was written no later than
+                # placed and no earlier than its own stamp (MetadataClock.place).
+                _note_created(cs, change, min(env.ts_ms, raw.ts_ms + cs.metadata_clock.shift_ms))
                 # Alerts keep the record's own time, as the log has it.
                 rules.isr.judge_change(cs, replace(change, env=raw) if raw is not env else change)
             return []
@@ -670,10 +672,10 @@ class Detector:
 # ---- clock evidence (detectors.clocks) ------------------------------------------------
 
 
-def _note_created(cs: ClusterState, change: PartitionChange) -> None:
-    """The epochs a metadata record created. A snapshot's PARTITION_RECORD that
-    re-states a partition (partition epoch above 0) created nothing: its epochs
-    are older than the record."""
+def _note_created(cs: ClusterState, change: PartitionChange, earliest_ms: int) -> None:
+    """The epochs a metadata record created, written between ``earliest_ms`` and
+    its placed time. A snapshot's PARTITION_RECORD that re-states a partition
+    (partition epoch above 0) created nothing: its epochs are older than the record."""
     if not cs.measures_clocks:
         return
     before, after = change.before, change.after
@@ -695,7 +697,7 @@ def _note_created(cs: ClusterState, change: PartitionChange) -> None:
     keys = [change.key] if name is None else [change.key, (own_topic_key(name, None), index)]
     for key in keys:
         for kind, epoch in created:
-            cs.clocks.created_epoch((key, kind, epoch), ts_ms)
+            cs.clocks.created_epoch((key, kind, epoch), earliest_ms, ts_ms)
 
 
 def _arrival(env: Envelope) -> int:
@@ -710,10 +712,11 @@ def _note_known_epochs(cs: ClusterState, env: Envelope, outcomes: Sequence[Parti
     if node is None or not cs.measures_clocks:
         return
     arrival = _arrival(env)
+    knows = cs.clocks.knows
     for outcome in outcomes:
-        partition = (own_topic_key(outcome.topic, outcome.topic_id), outcome.partition)
         if outcome.epoch >= 0 and outcome.error != KafkaError.UNKNOWN_LEADER_EPOCH:
-            cs.clocks.knows(node, arrival, (partition, "L", outcome.epoch))
+            partition = (own_topic_key(outcome.topic, outcome.topic_id), outcome.partition)
+            knows(node, arrival, (partition, "L", outcome.epoch))
 
 
 def _note_stop_replica(cs: ClusterState, env: Envelope, request: StopReplica) -> None:

@@ -55,7 +55,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from detectors.parse_metadata_dump import MetadataDumpStats
@@ -74,10 +74,11 @@ from producers.quorum_state_shipper import FORMAT as QUORUM_STATE
 from producers.quorum_state_shipper import QuorumStateShipper, quorum_state_path
 from producers.request_log_shipper import FORMAT as REQUEST_LOG
 from producers.request_log_shipper import RequestLogShipper
-from producers.tail import FileFollower, StateError, StateFile
+from producers.tail import FileFollower, SavedState, StateError, StateFile
 
 METADATA_LOG = "metadata-log"  # fencewatch.ship_metadata_log
 STATE_SUFFIX = ".fencewatch-offset"
+P = TypeVar("P")
 BOOTSTRAP_ENV = "FENCEWATCH_BOOTSTRAP_SERVERS"
 TOPIC_ENV = "FENCEWATCH_TOPIC"
 DEAD_LETTER_TOPIC_ENV = "FENCEWATCH_DEAD_LETTER_TOPIC"
@@ -384,24 +385,27 @@ def state_path_for(file: str, state_file: str | None) -> str:
     return state_file or file + STATE_SUFFIX
 
 
-def _check_request_log_paths(args: argparse.Namespace, state_path: str, prog: str) -> None:
-    """The followed file (which may appear later, unless --once) and the state
-    file, named by its option even when it is the default, so the way to move
-    it is in the message."""
-    if os.path.lexists(args.file):
-        input_file(prog, args.file)
-    if os.path.lexists(state_path):
-        input_file(prog, state_path, "--state-file")
-    output_file(prog, state_path, "--state-file", with_siblings=True)  # saved by rename (StateFile.save)
+def load_state(prog: str, state: SavedState[P]) -> tuple[bool, P | None]:
+    """Check a following shipper's state file and load the position saved in
+    it (None: none yet). The file is named by its option even when it is the
+    default, so the message says how to move it. A file that cannot be used is
+    said in one line: (False, None)."""
+    if os.path.lexists(state.path):
+        input_file(prog, state.path, "--state-file")
+    output_file(prog, state.path, "--state-file", with_siblings=True)  # saved by rename (tail.write_state)
+    try:
+        return True, state.load()
+    except StateError as exc:
+        print(f"{prog}: {exc} -- move it away to start over", file=sys.stderr)
+        return False, None
 
 
 def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
     state = StateFile(state_path_for(args.file, args.state_file))
-    _check_request_log_paths(args, state.path, prog)
-    try:
-        start = state.load()
-    except StateError as exc:
-        print(f"{prog}: {exc} -- move it away to start over", file=sys.stderr)
+    if os.path.lexists(args.file):  # it may appear later, unless --once
+        input_file(prog, args.file)
+    usable, start = load_state(prog, state)
+    if not usable:
         return 1
     followed = os.path.abspath(args.file)
     if start is not None and start.followed != followed:

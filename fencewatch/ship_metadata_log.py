@@ -15,13 +15,11 @@ import argparse
 import os
 import sys
 
-from fencewatch.options import input_file, output_file
-from fencewatch.ship import _say, _ship_until_stopped, open_publisher, state_path_for
+from fencewatch.ship import _say, _ship_until_stopped, load_state, open_publisher, state_path_for
 from producers.kafka_publisher import KafkaPublisher
 from producers.metadata_log import MetadataLogStats
 from producers.metadata_log_follower import MetadataLogFollower
 from producers.metadata_log_shipper import MetadataLogShipper, MetadataLogState
-from producers.tail import StateError
 
 
 def run(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
@@ -41,13 +39,8 @@ def run(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
         )
         return 1
     state = MetadataLogState(state_path_for(directory, args.state_file), directory)
-    if os.path.lexists(state.path):
-        input_file(prog, state.path, "--state-file")
-    output_file(prog, state.path, "--state-file", with_siblings=True)  # saved by rename
-    try:
-        start = state.load()
-    except StateError as exc:
-        print(f"{prog}: {exc} -- move it away to start over", file=sys.stderr)
+    usable, start = load_state(prog, state)
+    if not usable:
         return 1
     if not open_publisher(publisher, prog):
         return 1

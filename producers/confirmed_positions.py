@@ -1,7 +1,8 @@
 """Resume positions saved only once delivery confirms them, for every shipper
 that follows a file or a log (producers.request_log_shipper,
-producers.metadata_log_shipper), and those shippers' periodic duties
-(:class:`PeriodicDuties`).
+producers.metadata_log_shipper), those shippers' periodic duties
+(:class:`PeriodicDuties`), and the status duties every shipper has
+(:class:`StatusDuties`).
 
 Each position is queued with the number of records produced before it and
 saved when the publisher has confirmed all of them
@@ -46,45 +47,66 @@ class ConfirmedPositions(Generic[P]):
             self.saved = self.confirmed
 
 
-class _Stoppable(Protocol):
-    def stop(self) -> None: ...
+class _Reporter(Protocol):
+    """What :class:`StatusDuties` needs of the shipper it is mixed into."""
 
-
-class _Shipper(Protocol):
-    """What :class:`PeriodicDuties` needs of the shipper it is mixed into."""
-
-    checkpoint_interval_seconds: float
     status_interval_seconds: float
-    _last_save: float
     _last_status: float
 
     @property
     def publisher(self) -> KafkaPublisher: ...
+
+    def _status(self, line: str) -> None: ...
+
+    def _stop_reading(self) -> None: ...
+
+    def summary(self) -> str: ...
+
+
+class StatusDuties:
+    """Every shipper's duties between reads: its status line and its stop on failed delivery."""
+
+    def _report(self: _Reporter, now: float) -> None:
+        """Report the summary every ``status_interval_seconds`` (0: never), and
+        stop reading once delivery has failed (the exit flush reports the failures)."""
+        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
+            self._last_status = now
+            self._status(self.summary())
+        if self.publisher.stats.failed:
+            self._stop_reading()
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+class _Shipper(_Reporter, Protocol):
+    """What :class:`PeriodicDuties` needs of the shipper it is mixed into."""
+
+    checkpoint_interval_seconds: float
+    _last_save: float
 
     @property
     def _follower(self) -> _Stoppable | None: ...
 
     def _clock(self) -> float: ...
 
-    def _status(self, line: str) -> None: ...
-
     def _save_confirmed(self) -> None: ...
 
-    def summary(self) -> str: ...
+    def _report(self, now: float) -> None: ...
 
 
-class PeriodicDuties:
+class PeriodicDuties(StatusDuties):
     """A following shipper's duties between records and when idle."""
 
     def _tick(self: _Shipper) -> None:
-        """Save the confirmed position every ``checkpoint_interval_seconds``,
-        report the summary every ``status_interval_seconds`` (0: never), and stop
-        reading once delivery has failed (the exit flush reports the failures)."""
+        """Save the confirmed position every ``checkpoint_interval_seconds``, then
+        the status duties (:class:`StatusDuties`)."""
         now = self._clock()
         if now - self._last_save >= self.checkpoint_interval_seconds:
             self._save_confirmed()
-        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
-            self._last_status = now
-            self._status(self.summary())
-        if self.publisher.stats.failed and self._follower is not None:
+        self._report(now)
+
+    def _stop_reading(self: _Shipper) -> None:
+        if self._follower is not None:
             self._follower.stop()

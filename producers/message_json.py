@@ -34,8 +34,8 @@ the JSON object; uuids are encoded from their 16 bytes (memoised, as topic and
 directory ids repeat), and no intermediate object exists. (A first version
 with a closure per field instead of generated source reached 26,000 on the
 same benchmark: the calls cost what the objects had.) The source is built
-from the vendored schema files only. kafka-python still frames and reads the record batches
-(``producers.metadata_log``) and loads the schemas (``load_json``, common
+from the vendored schema files only. kafka-python still reads the record batches
+(their header, CRC and compression: ``producers.record_batch``) and loads the schemas (``load_json``, common
 structs resolved); the test fixtures encode records with kafka-python's
 message classes, so every test decodes bytes this module did not write.
 """

@@ -6,8 +6,10 @@ batches in format v2 (``DefaultRecordBatch``): baseOffset int64, length int32,
 then the batch, whose CRC-32C covers everything from its attributes on. The
 batches are framed here the way Kafka's ``FileLogInputStream.nextBatch`` does
 (so a file's byte position is known for every batch) and read with
-kafka-python's ``kafka.record.DefaultRecordBatch``; each record's value is
-decoded by :mod:`producers.metadata_records`.
+kafka-python's ``kafka.record.DefaultRecordBatch`` (header, CRC,
+decompression; a metadata batch's records are read by
+:mod:`producers.record_batch`); each record's value is decoded by
+:mod:`producers.metadata_records`.
 
 The envelopes are those ``detectors.parse_metadata_dump`` makes of
 ``kafka-dump-log.sh --cluster-metadata-decoder`` output for the same files
@@ -46,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.errors import CorruptRecordError, UnsupportedCodecError
-from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 
 from detectors.envelope import (
@@ -67,6 +68,7 @@ from producers.metadata_records import (
     decode_control_value,
     decode_metadata_value,
 )
+from producers.record_batch import RecordBatch
 
 LOG_OVERHEAD = 12  # Records.LOG_OVERHEAD: baseOffset int64 + length int32
 HEADER_SIZE_UP_TO_MAGIC = 17  # Records.HEADER_SIZE_UP_TO_MAGIC
@@ -198,13 +200,24 @@ def frames(
         pos += need
 
 
-def crc_problem(frame: Frame, batch: DefaultRecordBatch) -> str | None:
-    """Why ``batch`` (read from ``frame``) fails its CRC check
-    (``DefaultRecordBatch.ensureValid``), or None."""
+@dataclass(frozen=True, slots=True)
+class CheckedBatch:
+    """A whole batch opened by kafka-python and its CRC checked, once: why it
+    fails (``DefaultRecordBatch.ensureValid``), or None."""
+
+    frame: Frame
+    batch: RecordBatch
+    problem: str | None
+
+
+def check(frame: Frame) -> CheckedBatch:
+    """``frame``'s batch, its CRC checked."""
+    batch = RecordBatch(frame.data)
     if batch.validate_crc():
-        return None
-    computed = calc_crc32c(memoryview(frame.data)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
-    return f"record batch is corrupt: stored crc {batch.crc}, computed crc {computed}"
+        return CheckedBatch(frame, batch, None)
+    computed = calc_crc32c(memoryview(frame.data)[RecordBatch.ATTRIBUTES_OFFSET :])
+    problem = f"record batch is corrupt: stored crc {batch.crc}, computed crc {computed}"
+    return CheckedBatch(frame, batch, problem)
 
 
 class MetadataLogFile:
@@ -234,17 +247,17 @@ class MetadataLogFile:
         }
         self._valid_source = isinstance(envelope_or_dead_letter(probe, path, 0, ""), Envelope)
 
-    def batch(self, frame: Frame) -> Iterator[Envelope | DeadLetter]:
+    def batch(self, checked: CheckedBatch) -> Iterator[Envelope | DeadLetter]:
         """The envelopes and dead letters of one whole batch."""
         self.stats.batches += 1
-        position = f"{self.path}:{frame.position}"
-        batch = DefaultRecordBatch(frame.data)
-        problem = crc_problem(frame, batch)
-        if problem is not None:
-            yield self._dead(position, problem, frame)
+        position = f"{self.path}:{checked.frame.position}"
+        if checked.problem is not None:
+            yield self._dead(position, checked.problem, checked.frame)
             return
+        batch = checked.batch
         try:
             if batch.is_control_batch:
+                # kafka-python's ControlRecord reads the key's type, and refuses a key too short for one.
                 for record in batch:
                     item = self._record(batch, record, position)
                     if item is not None:
@@ -254,7 +267,7 @@ class MetadataLogFile:
         except (CorruptRecordError, UnsupportedCodecError, TypeError, struct.error) as exc:
             # TypeError, struct.error: kafka-python's ControlRecord unpacks a
             # control record's key, which a damaged batch may lack or cut short.
-            yield self._dead(position, f"record batch cannot be read: {exc!r}", frame)
+            yield self._dead(position, f"record batch cannot be read: {exc!r}", checked.frame)
 
     def incomplete(self, tail: Incomplete) -> DeadLetter:
         """A dead letter for a file that ends inside a batch."""
@@ -271,7 +284,7 @@ class MetadataLogFile:
     def framed(self, item: Framed) -> Iterator[Envelope | DeadLetter]:
         """What one item of :func:`frames` gives, at the end of a file that is not being written."""
         if isinstance(item, Frame):
-            yield from self.batch(item)
+            yield from self.batch(check(item))
         elif isinstance(item, Incomplete):
             yield self.incomplete(item)
         elif isinstance(item, Oversized):
@@ -289,21 +302,21 @@ class MetadataLogFile:
         raw = frame.data[: LOG_OVERHEAD + HEADER_SIZE_UP_TO_MAGIC].hex() if frame is not None else ""
         return DeadLetter(position, reason, raw, kind=DeadLetterClass.INVALID)
 
-    def _metadata_records(self, batch: DefaultRecordBatch, position: str) -> Iterator[Envelope | DeadLetter]:
+    def _metadata_records(self, batch: RecordBatch, position: str) -> Iterator[Envelope | DeadLetter]:
         """The records of a batch that is not a control batch: the hot path."""
         unread = self.stats.unread_by_type
-        for record in batch:
+        for offset, ts_ms, _, value, _ in batch.records():
             try:
-                decoded = decode_metadata_value(record.value or b"")
+                decoded = decode_metadata_value(value or b"")
             except RecordError as exc:
-                yield self._dead(position, f"record at offset {record.offset}: {exc}")
+                yield self._dead(position, f"record at offset {offset}: {exc}")
                 continue
             if isinstance(decoded, Unreadable):
                 _count(unread, decoded.name)
                 continue
-            yield self._envelope(decoded, record, position)
+            yield self._envelope(decoded, ts_ms, offset, position)
 
-    def _record(self, batch: DefaultRecordBatch, record: Any, position: str) -> Envelope | DeadLetter | None:
+    def _record(self, batch: RecordBatch, record: Any, position: str) -> Envelope | DeadLetter | None:
         """A record of a control batch: a LeaderChange of a segment is an envelope."""
         try:
             body = self._control(batch, record)
@@ -311,9 +324,9 @@ class MetadataLogFile:
             return self._dead(position, f"record at offset {record.offset}: {exc}")
         if body is None:
             return None
-        return self._envelope(body, record, position)
+        return self._envelope(body, record.timestamp, record.offset, position)
 
-    def _control(self, batch: DefaultRecordBatch, record: Any) -> dict[str, Any] | None:
+    def _control(self, batch: RecordBatch, record: Any) -> dict[str, Any] | None:
         """The body of a LeaderChange of a segment or of a KRaftVoters; None
         (counted) for every other control record."""
         type_id = control_type(record.key)
@@ -326,15 +339,17 @@ class MetadataLogFile:
             self.snapshot_ts_ms = message.get("lastContainedLogTimestamp")
         return None
 
-    def _envelope(self, body: dict[str, Any], record: Any, position: str) -> Envelope | DeadLetter:
-        ts_ms, offset = record.timestamp, record.offset
+    def _envelope(
+        self, body: dict[str, Any], ts_ms: int, record_offset: int, position: str
+    ) -> Envelope | DeadLetter:
+        offset: int | None = record_offset
         if self.snapshot:
             offset = None
             if self.snapshot_ts_ms is not None and self.snapshot_ts_ms > 0:
                 ts_ms = self.snapshot_ts_ms
-        if ts_ms is None or ts_ms < 0:
+        if ts_ms < 0:
             self.stats.dead_letters += 1
-            reason = f"record at offset {record.offset} has no usable timestamp ({ts_ms})"
+            reason = f"record at offset {record_offset} has no usable timestamp ({ts_ms})"
             return DeadLetter(position, reason, "", kind=DeadLetterClass.NO_TIMESTAMP)
         if self._valid_source and ts_ms <= MAX_TS_MS and (offset is None or -1 <= offset <= INT64_MAX):
             # What envelope_or_dead_letter would check of the rest holds by

@@ -28,8 +28,6 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.record.default_records import DefaultRecordBatch
-
 from detectors.envelope import DeadLetter, Envelope
 from producers.metadata_log import (
     Frame,
@@ -37,7 +35,7 @@ from producers.metadata_log import (
     MetadataLogFile,
     MetadataLogStats,
     Oversized,
-    crc_problem,
+    check,
     frames,
     iter_metadata_log_file,
 )
@@ -314,7 +312,8 @@ class MetadataLogFollower:
     ) -> Generator[Item, None, bool]:
         """Publish one whole batch; return False to wait for it (a CRC that fails
         at the active segment's end, within the grace time)."""
-        if last and active and crc_problem(frame, DefaultRecordBatch(frame.data)) is not None:
+        checked = check(frame)
+        if last and active and checked.problem is not None:
             now = self._clock()
             if current.damaged_since is None:
                 current.damaged_since = now
@@ -322,7 +321,7 @@ class MetadataLogFollower:
                 self.follow.waits_on_tail += 1
                 return False
         current.damaged_since = None
-        for item in current.reader.batch(frame):
+        for item in current.reader.batch(checked):
             if isinstance(item, Envelope) and item.offset is not None and item.offset < self._next_offset:
                 self.follow.already_published += 1
                 continue

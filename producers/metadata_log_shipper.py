@@ -11,7 +11,6 @@ by which the detector drops a repeat.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from producers.confirmed_positions import ConfirmedPositions, PeriodicDuties
 from producers.kafka_publisher import KafkaPublisher
 from producers.metadata_log import MetadataLogStats
 from producers.metadata_log_follower import LogPosition, MetadataLogFollower
-from producers.tail import StateError
+from producers.tail import StateError, read_state, write_state
 
 FORMAT = "metadata-log"
 
@@ -38,14 +37,10 @@ class MetadataLogState:
     def load(self) -> LogPosition | None:
         """The saved position; None without a state file; :class:`StateError`
         for one that is unreadable or belongs to another directory."""
-        try:
-            with open(self.path, "rb") as f:
-                obj = json.loads(f.read())
-        except FileNotFoundError:
+        obj = read_state(self.path)
+        if obj is None:
             return None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise StateError(f"state file {self.path} is not JSON: {exc}") from None
-        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        if obj.get("format") != FORMAT:
             raise StateError(f"state file {self.path} is not a metadata-log position")
         if obj.get("directory") != self.directory:
             raise StateError(
@@ -61,15 +56,7 @@ class MetadataLogState:
         return position
 
     def save(self, position: LogPosition) -> None:
-        tmp = f"{self.path}.tmp"
-        data = {"format": FORMAT, "directory": self.directory, **position.to_dict()}
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, json.dumps(data, sort_keys=True).encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        write_state(self.path, {"format": FORMAT, "directory": self.directory, **position.to_dict()})
 
 
 class MetadataLogShipper(PeriodicDuties):

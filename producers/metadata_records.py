@@ -134,6 +134,15 @@ RECORD_SCHEMAS = {key: _schema(name) for key, name in VENDORED_RECORDS.items()}
 CONTROL_SCHEMAS = {key: _schema(name) for key, name in CONTROL_SCHEMA_NAMES.items()}
 
 
+# Every decodable type and version by the three bytes its frame is as Kafka
+# writes every frame today (frame version, api key, version: each unsigned
+# varint below 0x80, so one byte): one look-up a record on the hot path.
+_DECODERS_BY_HEADER = {
+    bytes((FRAME_VERSION, key, version)): (RECORD_TYPE_NAMES[key], version, schema, decode)
+    for key, schema in RECORD_SCHEMAS.items()
+    for version, decode in schema.decoders.items()
+}
+
 # What the decoders raise on bytes that break the format.
 _DECODE_ERRORS = (ValueError, IndexError, UnicodeDecodeError, struct.error)
 
@@ -158,27 +167,28 @@ def decode_metadata_value(value: bytes) -> dict[str, Any] | Unreadable:
     (``{"type", "version", "data"}``), or :class:`Unreadable` for a type or
     version without a schema here; :class:`RecordError` for bytes that are no
     metadata record."""
-    if len(value) >= 3 and value[0] < 0x80 and value[1] < 0x80 and value[2] < 0x80:
-        frame, api_key, version, pos = value[0], value[1], value[2], 3  # as Kafka writes every frame today
-    else:
-        try:
-            frame, pos = uvarint(value, 0)
-            api_key, pos = uvarint(value, pos)
-            version, pos = uvarint(value, pos)
-        except _DECODE_ERRORS:
-            raise RecordError("record value ends inside its frame header") from None
+    known = _DECODERS_BY_HEADER.get(value[:3])
+    if known is not None:
+        name, version, schema, decode = known
+        return {"type": name, "version": version, "data": _decode(schema, decode, value, 3, version)}
+    try:
+        frame, pos = uvarint(value, 0)
+        api_key, pos = uvarint(value, pos)
+        version, pos = uvarint(value, pos)
+    except _DECODE_ERRORS:
+        raise RecordError("record value ends inside its frame header") from None
     if frame != FRAME_VERSION:
         raise RecordError(f"unknown frame version {frame} (only frame version {FRAME_VERSION} is supported)")
-    schema = RECORD_SCHEMAS.get(api_key)
-    if schema is None:
+    record_schema = RECORD_SCHEMAS.get(api_key)
+    if record_schema is None:
         return Unreadable(RECORD_TYPE_NAMES.get(api_key, f"api key {api_key}"))
-    decode = schema.decoders.get(version)
-    if decode is None:
+    reader = record_schema.decoders.get(version)
+    if reader is None:
         return Unreadable(f"{RECORD_TYPE_NAMES[api_key]} v{version}")
     return {
         "type": RECORD_TYPE_NAMES[api_key],
         "version": version,
-        "data": _decode(schema, decode, value, pos, version),
+        "data": _decode(record_schema, reader, value, pos, version),
     }
 
 

@@ -12,6 +12,7 @@ from detectors.engine import wall_clock_ms
 from detectors.envelope import Envelope
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES
 from detectors.parse_quorum_state import FILE_NAME, QuorumStateStats, parse_quorum_state
+from producers.confirmed_positions import StatusDuties
 from producers.kafka_publisher import KafkaPublisher
 
 FORMAT = "quorum-state"
@@ -22,7 +23,7 @@ def quorum_state_path(path: str) -> str:
     return os.path.join(path, FILE_NAME) if os.path.isdir(path) else path
 
 
-class QuorumStateShipper:
+class QuorumStateShipper(StatusDuties):
     """Publishes each new content of one controller's quorum-state file once.
 
     Kafka's FileQuorumStateStore writes ``quorum-state.tmp`` and renames it over
@@ -85,7 +86,7 @@ class QuorumStateShipper:
                 self.check()
                 if once or self._stopped.is_set():
                     break
-                self._tick()
+                self._report(self._clock())
                 self._sleep(self.poll_interval_seconds)
                 if self._stopped.is_set():
                     break
@@ -132,13 +133,8 @@ class QuorumStateShipper:
             self._status(f"{self.path} appeared")
         return data
 
-    def _tick(self) -> None:
-        now = self._clock()
-        if self.status_interval_seconds and now - self._last_status >= self.status_interval_seconds:
-            self._last_status = now
-            self._status(self.summary())
-        if self.publisher.stats.failed:
-            self.stop()  # the exit flush reports the failures
+    def _stop_reading(self) -> None:
+        self.stop()
 
     def summary(self) -> str:
         s = self.publisher.stats

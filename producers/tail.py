@@ -46,7 +46,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, EXCERPT_BYTES, LongLine, over_limit
 
@@ -94,10 +94,8 @@ class FilePosition:
         return {"version": STATE_VERSION, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, obj: Any) -> FilePosition:
+    def from_dict(cls, obj: dict[str, Any]) -> FilePosition:
         """Validate a decoded state; raise :class:`StateError` naming the problem."""
-        if not isinstance(obj, dict):
-            raise StateError("state must be a JSON object")
         if obj.get("version") != STATE_VERSION:
             raise StateError(f"unsupported state version {obj.get('version')!r}")
         for name in ("followed", "path", "head_sha256"):
@@ -119,6 +117,50 @@ class FilePosition:
         )
 
 
+P_co = TypeVar("P_co", covariant=True)
+
+
+class SavedState(Protocol[P_co]):
+    """A shipper's state file (:class:`StateFile`,
+    ``producers.metadata_log_shipper.MetadataLogState``): its path and the
+    position saved in it, None before the first save."""
+
+    path: str
+
+    def load(self) -> P_co | None: ...
+
+
+def read_state(path: str) -> dict[str, Any] | None:
+    """The JSON object a state file holds, None if there is no state file yet;
+    :class:`StateError` if it holds anything else."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StateError(f"state file {path} is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise StateError(f"state file {path} is not a JSON object")
+    return obj
+
+
+def write_state(path: str, obj: dict[str, Any]) -> None:
+    """Write ``obj`` to ``path`` durably: temp file, fsync, rename over the old
+    state, so a crash leaves the old state or the new one, never a torn one."""
+    tmp = f"{path}.tmp"
+    data = json.dumps(obj, sort_keys=True).encode() + b"\n"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 class StateFile:
     """A :class:`FilePosition` persisted as JSON, replaced atomically on every save."""
 
@@ -127,31 +169,16 @@ class StateFile:
 
     def load(self) -> FilePosition | None:
         """The saved position, None if there is no state file yet; :class:`StateError` if unusable."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
+        obj = read_state(self.path)
+        if obj is None:
             return None
-        try:
-            obj = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise StateError(f"state file {self.path} is not JSON: {exc}") from None
         try:
             return FilePosition.from_dict(obj)
         except StateError as exc:
             raise StateError(f"state file {self.path}: {exc}") from None
 
     def save(self, position: FilePosition) -> None:
-        """Write ``position`` durably: temp file, fsync, rename over the old state."""
-        tmp = f"{self.path}.tmp"
-        data = json.dumps(position.to_dict(), sort_keys=True).encode() + b"\n"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        write_state(self.path, position.to_dict())
 
 
 def _sha256(data: bytes) -> str:

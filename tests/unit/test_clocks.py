@@ -4,6 +4,7 @@ evidence allows: a wrong clock never floods false alarms."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 import pytest
@@ -60,6 +61,26 @@ def test_one_loose_bound_leaves_every_offset_from_agreement_up_to_it():
     assert not clocks.interval(5, 50_000).measured
 
 
+def test_a_loose_bound_also_allows_the_clock_measured_just_across_a_cut():
+    """A standby controller 3.5 s behind: its only evidence before it takes over
+    is loose (a stale request, 7 s after its epoch), and it is measured tightly
+    only once it is active, after a silence that cut its line. The loose interval
+    allows both agreement and the tight measure, never agreement alone."""
+    clocks = book()
+    clocks.created_epoch((PARTITION, "L", 1), 10_000)
+    clocks.saw(3001, 17_000)
+    clocks.knows(3001, 17_000, (PARTITION, "L", 1))
+    loose = clocks.interval(3001, 17_000)
+    assert (loose.low_ms, loose.high_ms) == (-1000, 7000)
+    clocks.saw(3001, 18_500)  # back to work after 1.5 s: a new segment
+    clocks.caused(3001, 18_500, 18_505, (PARTITION, "P", 9))
+    clocks.created_epoch((PARTITION, "P", 9), 22_002)
+    taken_over = clocks.interval(3001, 18_505)
+    assert (taken_over.low_ms, taken_over.high_ms, taken_over.low_measured) == (-3502, -3497, True)
+    widened = clocks.interval(3001, 17_000)
+    assert (widened.low_ms, widened.high_ms) == (-3502, 7000)
+
+
 def test_a_claim_about_an_epoch_already_followed_corroborates_nothing():
     """A stale request (a zombie's, a lagging client's) knew an old epoch: an upper
     bound, but not evidence that the node learns new epochs soon. Two such bounds
@@ -94,6 +115,41 @@ def test_an_alter_partition_and_the_change_it_caused_bound_the_controller_both_w
     clocks.created_epoch((PARTITION, "P", 5), 10_000)
     interval = clocks.interval(3000, 10_003)
     assert (interval.low_ms, interval.high_ms, interval.low_measured) == (-2, 3, True)
+
+
+def test_a_record_stamped_before_its_predecessor_bounds_each_way_by_its_safe_end():
+    """The record was placed at its predecessor's time, 300 ms after its own
+    stamp (MetadataClock.place): it was written somewhere in between. An upper
+    bound takes the earlier end, a lower bound the later, so neither claims more
+    than the record proves."""
+    clocks = book()
+    clocks.created_epoch((PARTITION, "L", 1), 10_000, 10_300)
+    clocks.knows(3, 10_100, (PARTITION, "L", 1))
+    assert clocks.interval(3, 10_100).high_ms == 100  # not -200
+    clocks.caused(3000, 10_250, 10_260, (PARTITION, "P", 2))
+    clocks.created_epoch((PARTITION, "P", 2), 10_000, 10_300)
+    interval = clocks.interval(3000, 10_260)
+    assert (interval.low_ms, interval.high_ms, interval.low_measured) == (-50, 260, True)
+
+
+def test_an_interval_does_not_depend_on_which_time_of_its_bucket_was_asked_first():
+    """Evidence 2.1 s after 10,000 ms is within the grace window's reach of
+    10,499 ms but not of 10,000 ms. Every time of one bucket gets the same
+    answer in any order of asking, and after a restart (the cache is not saved)."""
+
+    def evidence() -> ClockBook:
+        clocks = book()
+        clocks.created_epoch((PARTITION, "L", 1), 10_000)
+        clocks.saw(3, 10_000)
+        clocks.knows(3, 12_100, (PARTITION, "L", 1))
+        return clocks
+
+    early_first, late_first = evidence(), evidence()
+    answers = [early_first.interval(3, 10_000), early_first.interval(3, 10_499)]
+    answers += [late_first.interval(3, 10_499), late_first.interval(3, 10_000)]
+    restarted = pickle.loads(pickle.dumps(early_first))
+    answers += [restarted.interval(3, 10_499)]
+    assert len(set(answers)) == 1
 
 
 def test_a_silence_in_a_busy_log_cuts_the_evidence_before_it():
