@@ -125,13 +125,16 @@ class EvidenceLine:
     where the node's own records jumped, before which evidence says nothing
     about the clock after."""
 
-    __slots__ = ("blind", "cuts", "high", "last_ts", "low", "newest", "version")
+    __slots__ = ("blind", "cuts", "high", "last_ts", "low", "newest", "spread", "version")
 
     def __init__(self) -> None:
         # bucket -> (the lowest upper bound, when the record it refers to was written:
         # None for a record whose epoch had been followed by the next already)
         self.high: dict[int, tuple[int, int | None]] = {}
         self.low: dict[int, int] = {}
+        # bucket -> how much wider than its upper bound alone says its estimate is:
+        # bounds from before a step of the metadata log's clock (loosen).
+        self.spread: dict[int, int] = {}
         self.newest = -(2**62)
         self.version = 0
         self.last_ts: int | None = None  # the node's newest record of the line
@@ -156,9 +159,20 @@ class EvidenceLine:
         if last is None or ts_ms > last:
             self.last_ts = ts_ms
 
-    def loosen(self, margin_ms: int) -> None:
-        """Every bound so far, moved ``margin_ms`` outwards."""
-        self.high = {b: (bound + margin_ms, created) for b, (bound, created) in self.high.items()}
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        for name, value in state[1].items():
+            setattr(self, name, value)
+        if "spread" not in state[1]:
+            self.spread = {}  # a line saved before spreads existed
+
+    def loosen(self, margin_ms: int, up_ms: int = 0) -> None:
+        """Every bound so far, moved ``margin_ms`` outwards and upper bounds
+        ``up_ms`` further up; an estimate from a loosened upper bound reaches
+        as far below it as the bound moved (``spread``), since the bound moved
+        for want of knowing the frame, not because the clock did."""
+        widened = 2 * margin_ms + up_ms
+        self.spread = {b: self.spread.get(b, 0) + widened for b in self.high}
+        self.high = {b: (bound + margin_ms + up_ms, created) for b, (bound, created) in self.high.items()}
         self.low = {b: bound - margin_ms for b, bound in self.low.items()}
         self.version += 1
 
@@ -172,6 +186,7 @@ class EvidenceLine:
             if known is not None and bound >= known[0]:
                 return
             self.high[bucket] = (bound, created_ms)
+            self.spread.pop(bucket, None)
         else:
             old = self.low.get(bucket)
             if old is not None and bound <= old:
@@ -184,6 +199,7 @@ class EvidenceLine:
             if len(self.high) + len(self.low) > 2 * keep_ms // BUCKET_MS:
                 for old in [b for b in self.high if b < cutoff]:
                     del self.high[old]
+                    self.spread.pop(old, None)
                 for old in [b for b in self.low if b < cutoff]:
                     del self.low[old]
             horizon = node_ms - keep_ms
@@ -250,16 +266,18 @@ class ClockBook:
         """``node`` logged a record at ``ts_ms`` (in its log's order)."""
         self._line(node).saw(ts_ms, GAP_MS, self.back_ms)
 
-    def rebased(self, margin_ms: int) -> None:
+    def rebased(self, margin_ms: int, up_ms: int = 0) -> None:
         """The metadata log's continuous time was anchored anew (MetadataClock
         took a step): the new controller's clock is lined up with the old one's
         only as well as the true gap between their records is guessed, within
-        ``margin_ms``. Every bound measured before is loosened by it, and the
+        ``margin_ms``; after a step forward, which may as well have been a silence
+        (a fail-over's election) as far as the log shows, up to ``up_ms`` more
+        the other way. Every bound measured before is loosened by them, and the
         records and claims of before are forgotten: a request after the step
         that knew a record of before would bound its node's clock across the
         step as if the guess were exact."""
         for line in self.lines.values():
-            line.loosen(margin_ms)
+            line.loosen(margin_ms, up_ms)
         self.created.clear()
         self.created_late.clear()
         self._created_order.clear()
@@ -407,8 +425,9 @@ class ClockBook:
         # taken for tight where it is corroborated: then the clock is at most the
         # slack below it.
         high = min(h for _, (h, _) in found)
+        spread = max(line.spread.get(b, 0) for b, (h, _) in found if h == high) if line.spread else 0
         if self._corroborated([v for _, v in found], high):
-            return ClockInterval(high - slack, high, measured=True, evidence=len(found))
+            return ClockInterval(high - slack - spread, high, measured=True, evidence=len(found))
         if tight_only:
             return None
         # Loose evidence only says the clock is not further ahead than it: it may
@@ -427,7 +446,7 @@ class ClockBook:
         # controller 2.8 s behind, taken near agreement on loose evidence, had its
         # claim to a new epoch placed seconds too early and an old leader's last
         # fetch judged a zombie's (benchmarks/clock_campaign.py, 1M events).
-        low: float = min(0, high) - slack
+        low: float = min(0, high) - slack - spread
         for near in self._across_cuts(line, ts_ms, segment):
             low = min(low, near.low_ms)
         return ClockInterval(low, high, measured=True, evidence=len(found))

@@ -555,8 +555,11 @@ class Detector:
             if cs.measures_clocks:
                 shift = cs.metadata_clock.shift_ms
                 placed = cs.metadata_clock.place(env.ts_ms, env.offset, noop)
-                if cs.metadata_clock.shift_ms != shift:
-                    cs.clocks.rebased(cs.metadata_clock.step_margin_ms())
+                moved = cs.metadata_clock.shift_ms - shift
+                if moved:
+                    # A step forward (the time moved back) may have been a silence
+                    # instead, as long as the step: bounds from before allow both.
+                    cs.clocks.rebased(cs.metadata_clock.step_margin_ms(), max(0, -moved))
             if placed != env.ts_ms:
                 env = Envelope(
                     env.cluster, env.node, placed, env.kind, env.offset, env.body, env.position, env.seq

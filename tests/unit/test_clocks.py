@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from detectors.clocks import ClockBook, MetadataClock
+from detectors.clocks import ClockBook, EvidenceLine, MetadataClock
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
@@ -200,6 +200,24 @@ def test_a_fail_over_onto_a_slower_clock_is_made_continuous():
     assert [moved for _, moved in clock.steps] == [-2900 - 100]
 
 
+def test_bounds_from_before_a_step_forward_allow_a_silence_as_well():
+    """A gap of 3.45 s in a log whose records came every 500 ms: a step
+    forward of 2.95 s, or a fail-over's election that left the log silent for
+    that long, or anything between. Broker 3's bounds from before allow every
+    split: its clock where it was measured (within the step's margin), and
+    2.95 s further ahead in the new frame if the gap was a silence."""
+    clocks = book()
+    clocks.created_epoch((PARTITION, "L", 1), 10_000)
+    clocks.knows(3, 10_040, (PARTITION, "L", 1))
+    clocks.created_epoch((PARTITION, "L", 2), 11_500)
+    clocks.knows(3, 11_530, (PARTITION, "L", 2))
+    before = clocks.interval(3, 11_530)
+    assert (before.low_ms, before.high_ms) == (-970, 30)
+    clocks.rebased(100, 2950)
+    after = clocks.interval(3, 11_530)
+    assert (after.low_ms, after.high_ms) == (-970 - 100, 30 + 100 + 2950)
+
+
 def test_records_stamped_out_of_order_without_a_step_move_nothing():
     clock = MetadataClock()
     for i, t in enumerate([1000, 3000, 1000, 3000, 1000, 3000]):
@@ -338,3 +356,14 @@ def test_an_uncertain_clock_is_counted_not_judged():
     table, detector = judge(sim, 30_000, config)
     assert totals(table)[1] == 0
     assert detector.counters.unverified.get(UnverifiedReason.CLOCK_UNCERTAIN.value, 0) > 0
+
+
+def test_a_line_saved_before_spreads_existed_loads_without_any():
+    line = EvidenceLine()
+    line.add(10_000, 30, 9_970, True, 60_000)
+    state = line.__getstate__()
+    del state[1]["spread"]
+    loaded = EvidenceLine.__new__(EvidenceLine)
+    loaded.__setstate__(state)
+    assert (loaded.high, loaded.spread) == (line.high, {})
+    assert pickle.loads(pickle.dumps(line)).high == line.high
