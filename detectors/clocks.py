@@ -176,14 +176,18 @@ class EvidenceLine:
         self.low = {b: bound - margin_ms for b, bound in self.low.items()}
         self.version += 1
 
+    def lowers(self, node_ms: int, bound: int) -> bool:
+        """Whether an upper bound at ``node_ms`` is below its bucket's: else it changes nothing."""
+        known = self.high.get(node_ms // BUCKET_MS)
+        return known is None or bound < known[0]
+
     def add(self, node_ms: int, bound: int, created_ms: int | None, upper: bool, keep_ms: int) -> None:
         """An upper or lower bound of the node's offset at ``node_ms``. ``created_ms``:
         when the record the request knew was written, None where that cannot
         corroborate another bound (ClockBook._corroborated)."""
         bucket = node_ms // BUCKET_MS
         if upper:
-            known = self.high.get(bucket)
-            if known is not None and bound >= known[0]:
+            if not self.lowers(node_ms, bound):
                 return
             self.high[bucket] = (bound, created_ms)
             self.spread.pop(bucket, None)
@@ -305,14 +309,12 @@ class ClockBook:
         """``node`` handled, from ``arrival_ms`` on, a request that carried ``ref``."""
         created = self.created.get(ref)
         line = self.lines.get(node)
-        if created is not None and line is not None:
-            # Most claims repeat one already made in their bucket (every fetch of a
-            # partition at its epoch): one that cannot lower the bucket's upper bound
-            # changes nothing (EvidenceLine.add), so it is dropped before the work
-            # of placing it.
-            known = line.high.get(arrival_ms // BUCKET_MS)
-            if known is not None and arrival_ms - created >= known[0]:
-                return
+        # Most claims repeat one already made in their bucket (every fetch of a
+        # partition at its epoch): one that cannot lower the bucket's upper bound
+        # changes nothing (EvidenceLine.lowers), so it is dropped before the work
+        # of placing it.
+        if created is not None and line is not None and not line.lowers(arrival_ms, arrival_ms - created):
+            return
         self._claim(node, arrival_ms, ref, upper=True)
 
     def caused(self, node: int, arrival_ms: int, completed_ms: int, ref: EpochRef) -> None:

@@ -76,9 +76,10 @@ from producers.request_log_shipper import FORMAT as REQUEST_LOG
 from producers.request_log_shipper import RequestLogShipper
 from producers.tail import FileFollower, SavedState, StateError, StateFile
 
+P = TypeVar("P")  # a saved position (load_state)
+
 METADATA_LOG = "metadata-log"  # fencewatch.ship_metadata_log
 STATE_SUFFIX = ".fencewatch-offset"
-P = TypeVar("P")
 BOOTSTRAP_ENV = "FENCEWATCH_BOOTSTRAP_SERVERS"
 TOPIC_ENV = "FENCEWATCH_TOPIC"
 DEAD_LETTER_TOPIC_ENV = "FENCEWATCH_DEAD_LETTER_TOPIC"
