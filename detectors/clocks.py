@@ -176,6 +176,16 @@ class EvidenceLine:
         self.low = {b: bound - margin_ms for b, bound in self.low.items()}
         self.version += 1
 
+    def tighten(self, buckets: list[int], by_ms: int) -> None:
+        """``buckets`` loosened by a take-over come ``by_ms`` back down (ClockBook._settle);
+        a bucket whose bound was since replaced by a new one is left as it is."""
+        for b in buckets:
+            if b in self.spread and b in self.high:
+                bound, created = self.high[b]
+                self.high[b] = (bound - by_ms, created)
+                self.spread[b] -= by_ms
+        self.version += 1
+
     def lowers(self, node_ms: int, bound: int) -> bool:
         """Whether an upper bound at ``node_ms`` is below its bucket's: else it changes nothing."""
         known = self.high.get(node_ms // BUCKET_MS)
@@ -256,6 +266,10 @@ class ClockBook:
         # times [from, to) of the bucket it holds for, the interval): valid while the
         # line's version is unchanged.
         self._cache: dict[tuple[int | None, int], tuple[EvidenceLine, int, int, int, ClockInterval]] = {}
+        # Since the newest take-over: each node's lowest offset before it (those
+        # measured tightly), the buckets each line had then, and how far up those
+        # are loosened now (ClockBook.taken_over).
+        self.unsettled: tuple[dict[int, float], dict[int, list[int]], int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_cache": {}}
@@ -263,6 +277,7 @@ class ClockBook:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("created_late", {})  # state saved before it existed
+        self.__dict__.setdefault("unsettled", None)
 
     # ---- evidence -------------------------------------------------------------------------
 
@@ -287,6 +302,41 @@ class ClockBook:
         self._created_order.clear()
         self.waiting.clear()
         self._waiting_order.clear()
+
+    def taken_over(self, margin_ms: int) -> None:
+        """Another controller's clock stamps the metadata log from here on (a
+        LeaderChange record). Its clock may be off the old one's by anything the
+        election's silence hid: a step back as long as the silence leaves no
+        record stamped before its predecessor. So every bound from before is
+        loosened as far up as the clock window reaches (older evidence is not
+        used), and by ``margin_ms`` down as for any step, until a node whose
+        offset was measured tightly before is bounded by a record of the new
+        clock: its offset cannot have risen more than that bound less its
+        lowest offset before, and bounds from before are settled to that
+        (``_settle``). Until then intervals are wider than the clock limit:
+        verdicts are counted "clock uncertain", never judged on a guess. Each
+        later bound of such a node may settle them lower."""
+        lows = {}
+        for node, line in self.lines.items():
+            tight = self._estimate(line, line.newest * BUCKET_MS + BUCKET_MS - 1, tight_only=True)
+            if tight is not None and math.isfinite(tight.low_ms):
+                lows[node] = tight.low_ms
+        self.rebased(margin_ms, self.window_ms - margin_ms)  # upper bounds up by the window
+        self.unsettled = (lows, {node: list(line.high) for node, line in self.lines.items()}, self.window_ms)
+
+    def _settle(self, rise_ms: float) -> None:
+        """The new clock is bounded: offsets rose by at most ``rise_ms`` at the
+        take-over, so the bounds loosened then come down to that, if lower."""
+        assert self.unsettled is not None
+        lows, buckets, up = self.unsettled
+        rise = min(up, max(0, math.ceil(rise_ms)))
+        if rise == up:
+            return
+        for node, loosened in buckets.items():
+            line = self.lines.get(node)
+            if line is not None:
+                line.tighten(loosened, up - rise)
+        self.unsettled = (lows, buckets, rise)
 
     def created_epoch(self, ref: EpochRef, ts_ms: int, late_ms: int | None = None) -> None:
         """The metadata record written at ``ts_ms`` (or as late as ``late_ms``) created ``ref``."""
@@ -360,7 +410,13 @@ class ClockBook:
         ``fresh``: the epoch was still the newest the cluster had created (else the
         bound may corroborate nothing: EvidenceLine.add)."""
         line = self._line(node)
-        line.add(node_ms, node_ms - created_ms, created_ms if fresh else None, upper, 2 * self.window_ms)
+        bound = node_ms - created_ms
+        line.add(node_ms, bound, created_ms if fresh else None, upper, 2 * self.window_ms)
+        if upper and self.unsettled is not None:
+            # Every record known now is the new clock's (rebased forgot the others).
+            low = self.unsettled[0].get(node)
+            if low is not None:
+                self._settle(bound - low)
 
     # ---- estimates -------------------------------------------------------------------------
 
@@ -427,9 +483,12 @@ class ClockBook:
         # taken for tight where it is corroborated: then the clock is at most the
         # slack below it.
         high = min(h for _, (h, _) in found)
-        spread = max(line.spread.get(b, 0) for b, (h, _) in found if h == high) if line.spread else 0
+        # A loosened bound (one from before a step of the metadata log's clock)
+        # allows the clock as far below it as it moved, whether or not it is the
+        # lowest: the lowest may come from after the step, in another frame.
+        floor = min([high, *(h - line.spread[b] for b, (h, _) in found if b in line.spread)])
         if self._corroborated([v for _, v in found], high):
-            return ClockInterval(high - slack - spread, high, measured=True, evidence=len(found))
+            return ClockInterval(floor - slack, high, measured=True, evidence=len(found))
         if tight_only:
             return None
         # Loose evidence only says the clock is not further ahead than it: it may
@@ -440,7 +499,7 @@ class ClockBook:
         # A bound looser than the clock limit (requests about an epoch long
         # established, a quiet cluster's usual case) says nothing: the node is
         # taken to agree, as without evidence.
-        if high > self.limit_ms:
+        if floor > self.limit_ms:
             return ASSUMED
         # A tight measure of the same clock just across a cut of this segment (a
         # controller's two-sided evidence once it takes over, a node's before a
@@ -448,7 +507,7 @@ class ClockBook:
         # controller 2.8 s behind, taken near agreement on loose evidence, had its
         # claim to a new epoch placed seconds too early and an old leader's last
         # fetch judged a zombie's (benchmarks/clock_campaign.py, 1M events).
-        low: float = min(0, high) - slack - spread
+        low: float = min(0, high) - slack - (high - floor)
         for near in self._across_cuts(line, ts_ms, segment):
             low = min(low, near.low_ms)
         return ClockInterval(low, high, measured=True, evidence=len(found))
@@ -537,7 +596,7 @@ class MetadataClock:
     steps it took out; offsets are measured against it all the same, and
     reports say so."""
 
-    __slots__ = ("back", "gaps", "last_noop_ms", "last_raw_ms", "noop_gaps", "shift_ms", "steps")
+    __slots__ = ("back", "gaps", "last_noop_ms", "last_raw_ms", "noop_gaps", "shift_ms", "steps", "writer")
 
     def __init__(self) -> None:
         self.shift_ms = 0
@@ -549,6 +608,8 @@ class MetadataClock:
         # A record stamped before its predecessor, not yet taken for a step: (its
         # predecessor's time, the gap back).
         self.back: tuple[int, int] | None = None
+        # The newest LeaderChange record's (epoch, leader): whose clock stamps the log.
+        self.writer: tuple[int, int] | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (
@@ -559,6 +620,7 @@ class MetadataClock:
             self.last_noop_ms,
             list(self.noop_gaps),
             self.back,
+            self.writer,
         )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
@@ -568,12 +630,25 @@ class MetadataClock:
         self.last_noop_ms = state[4]
         self.noop_gaps = deque(state[5], maxlen=3)
         self.back = state[6]
+        self.writer = state[7] if len(state) > 7 else None  # state saved before it existed
 
     def ticking(self) -> bool:
         """The log's NoOps have come at a steady beat lately: a long silence is
         then a step of the clock, not a quiet controller. Logs written before
         Kafka 3.3 (KIP-835) have no NoOps: their silences are never taken for steps."""
         return len(self.noop_gaps) == self.noop_gaps.maxlen and max(self.noop_gaps) <= GAP_MS
+
+    def took_over(self, epoch: int, leader: int) -> bool:
+        """A LeaderChange record: ``leader`` (-1 when the dump does not name it)
+        leads ``epoch``. Whether the log's clock may have changed hands: a new
+        epoch led by another controller, or by one not named. The new leader
+        writes this record first thing in its epoch, by its own clock
+        (KafkaRaftClient.onBecomeLeader, LeaderState.appendStartOfEpochControlRecords)."""
+        last = self.writer
+        if last is not None and epoch <= last[0]:
+            return False
+        self.writer = (epoch, leader)
+        return last is not None and (leader < 0 or leader != last[1])
 
     def step_margin_ms(self) -> int:
         """How far off the newest step's placement may be: the true gap there is

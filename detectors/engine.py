@@ -33,7 +33,7 @@ from typing import Any
 from detectors import rules
 from detectors.alerts import Alert, Evidence
 from detectors.buckets import WHOLE, Bucket
-from detectors.clocks import MetadataClock
+from detectors.clocks import ClockInterval, MetadataClock
 from detectors.cluster import ClusterState, Counters, handling_ms, new_clock_book
 from detectors.config import DetectorConfig
 from detectors.envelope import (
@@ -242,8 +242,13 @@ class _Cluster(ClusterState):
             return ts_ms + self.metadata_clock.shift_ms
         if key[0] not in ("request", "quorum_state"):
             return ts_ms
-        interval = self.clocks.interval(key[1], ts_ms)
-        return ts_ms - interval.high_ms if interval.measured and math.isfinite(interval.high_ms) else ts_ms
+        return corrected_by(self.clocks.interval(key[1], ts_ms), ts_ms)
+
+
+def corrected_by(interval: ClockInterval, ts_ms: int) -> float:
+    """``ts_ms`` of a clock whose offset is in ``interval`` at the earliest moment
+    of the metadata log's clock it allows (unmeasured or unbounded: as it is)."""
+    return ts_ms - interval.high_ms if interval.measured and math.isfinite(interval.high_ms) else ts_ms
 
 
 class Detector:
@@ -291,12 +296,19 @@ class Detector:
         cs = self.cluster(env.cluster)
         letters: list[DeadLetter] = []
         before = cs.watermark
+        newest = cs.progress.max_ts_ms
         source: SourceKey | None = None
         ts_ms: float = env.ts_ms
+        # A request's clock interval, looked up once for its late check and its due time.
+        clock: ClockInterval | None = None
         if cs.measures_clocks:
             source = key = source_key(env.kind, env.node)
             if before is not None:
-                ts_ms = cs.corrected(key, env.ts_ms)
+                if env.kind == "request":
+                    clock = cs.clocks.interval(env.node, env.ts_ms)
+                    ts_ms = corrected_by(clock, env.ts_ms)
+                else:
+                    ts_ms = cs.corrected(key, env.ts_ms)
             advanced = cs.progress.observe(key, env.ts_ms)
         else:
             # Every clock taken to agree: progress is the newest time of any source.
@@ -306,9 +318,13 @@ class Detector:
             self.counters.late += 1
         if advanced or before is None:
             self._refresh_watermark(cs, source)
-            if cs.held_count():
-                # Held records whose time has now passed come before this one.
-                self._release(cs, cs.release_ms(), letters)
+        # Held records whose time has now passed come before this one. Their time
+        # (release_ms) moves with the newest time and the watermark only: a record
+        # held since was looked at as it was held (_judge_due) unless there was no
+        # watermark yet.
+        if (before is None or cs.watermark != before or cs.progress.max_ts_ms != newest) and cs.held_count():
+            self._release(cs, cs.release_ms(), letters)
+            clock = None  # the records applied may have measured it anew
         log = cs.ordered_log(env)
         if log is not None:
             arrival = log.offer(env)
@@ -319,7 +335,7 @@ class Detector:
             elif home and arrival is Arrival.OUT_OF_ORDER:
                 letters.append(self._out_of_order(env, log))
         else:
-            due = self._first_delivery(cs, env, home)
+            due = self._first_delivery(cs, env, home, clock)
             if due is not None:
                 self._process(cs, env, letters, home, due)
         watermark = cs.watermark
@@ -341,10 +357,11 @@ class Detector:
         )
         cs.watermark = None if progress is None else progress - self.config.lateness_ms
 
-    def due_ms(self, cs: ClusterState, env: Envelope) -> int:
+    def due_ms(self, cs: ClusterState, env: Envelope, clock: ClockInterval | None = None) -> int:
         """When, in the metadata log's clock, every event that can change the
         verdict on ``env`` is in: the latest moment its node's clock offset
-        allows, plus the grace window."""
+        allows, plus the grace window. ``clock``: a request's clock interval,
+        if looked up already."""
         grace = self.config.grace_ms
         if not cs.measures_clocks:
             return env.ts_ms + grace
@@ -356,7 +373,7 @@ class Detector:
             node = broker if type(broker) is int else None
         elif env.kind not in ("request", "quorum_state"):
             return env.ts_ms + grace
-        interval = cs.clocks.interval(node, env.ts_ms)
+        interval = cs.clocks.interval(node, env.ts_ms) if clock is None else clock
         low = interval.low_ms
         # Unmeasured, contradictory, or wider than the limit: judged at once (the
         # last counted as clock uncertain).
@@ -364,8 +381,10 @@ class Detector:
             return env.ts_ms + grace
         return math.ceil(env.ts_ms - low) + grace
 
-    def _first_delivery(self, cs: _Cluster, env: Envelope, home: bool) -> int | None:
-        """The record's due time (:meth:`due_ms`) on its first delivery; None for a
+    def _first_delivery(
+        self, cs: _Cluster, env: Envelope, home: bool, clock: ClockInterval | None = None
+    ) -> int | None:
+        """The record's due time (:meth:`due_ms`, ``clock`` as there) on its first delivery; None for a
         record seen before (counted as a duplicate) and for one too late to judge
         (counted as unverified); see detectors.redelivery."""
         if env.kind == "quorum_state":
@@ -380,7 +399,7 @@ class Detector:
             cs.quorum_states[env.node] = content
             until_ms = self.due_ms(cs, env)
         else:
-            until_ms = self.due_ms(cs, env)
+            until_ms = self.due_ms(cs, env, clock)
             watermark = cs.watermark
             if watermark is not None and until_ms < watermark:
                 if home:
@@ -550,16 +569,7 @@ class Detector:
             if home:
                 self.counters.bump(self.counters.events, "metadata")
             raw = env
-            noop = env.body.get("type") == "NO_OP_RECORD"
-            placed = env.ts_ms
-            if cs.measures_clocks:
-                shift = cs.metadata_clock.shift_ms
-                placed = cs.metadata_clock.place(env.ts_ms, env.offset, noop)
-                moved = cs.metadata_clock.shift_ms - shift
-                if moved:
-                    # A step forward (the time moved back) may have been a silence
-                    # instead, as long as the step: bounds from before allow both.
-                    cs.clocks.rebased(cs.metadata_clock.step_margin_ms(), max(0, -moved))
+            placed = self._place_metadata(cs, env) if cs.measures_clocks else env.ts_ms
             if placed != env.ts_ms:
                 env = Envelope(
                     env.cluster, env.node, placed, env.kind, env.offset, env.body, env.position, env.seq
@@ -586,6 +596,25 @@ class Detector:
             return rules.quorum.ingest_state(cs, env)
         self.counters.bump(self.counters.events, "remote_log_metadata")
         return rules.remote.ingest(cs, env)
+
+    def _place_metadata(self, cs: _Cluster, env: Envelope) -> int:
+        """The metadata record's time on the log's continuous clock; a step of
+        that clock, or a new controller taking over the log, loosens the
+        clock evidence from before (ClockBook.rebased)."""
+        clock = cs.metadata_clock
+        shift = clock.shift_ms
+        body = env.body
+        placed = clock.place(env.ts_ms, env.offset, body.get("type") == "NO_OP_RECORD")
+        moved = clock.shift_ms - shift
+        if body.get("type") == LEADER_CHANGE and _took_over(clock, body):
+            # The new controller's clock may be off the old one's by anything the
+            # election's silence hid (ClockBook.taken_over).
+            cs.clocks.taken_over(clock.step_margin_ms())
+        elif moved:
+            # A step forward (the time moved back) may have been a silence
+            # instead, as long as the step: bounds from before allow both.
+            cs.clocks.rebased(clock.step_margin_ms(), max(0, -moved))
+        return placed
 
     def _request(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
         h = header(env.body)
@@ -673,6 +702,18 @@ class Detector:
 
 
 # ---- clock evidence (detectors.clocks) ------------------------------------------------
+
+
+def _took_over(clock: MetadataClock, body: dict[str, Any]) -> bool:
+    """Whether a LeaderChange record hands the log to another controller's
+    clock (MetadataClock.took_over); a record too malformed to tell is left to
+    the quorum rule, which explains it."""
+    epoch = body.get("partitionLeaderEpoch")
+    data = body.get("data")
+    leader = data.get("leaderId", -1) if isinstance(data, dict) else -1
+    if type(epoch) is not int or type(leader) is not int:
+        return False
+    return clock.took_over(epoch, leader)
 
 
 def _note_created(cs: ClusterState, change: PartitionChange, earliest_ms: int) -> None:

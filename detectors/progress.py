@@ -61,7 +61,9 @@ class Progress:
         return False
 
     def observe(self, key: SourceKey, ts_ms: int) -> bool:
-        """Record one event of ``key``. True if the source's progress moved."""
+        """Record one event of ``key``. True if the source's progress moved and
+        the watermark is to be worked out again (not :meth:`_settled`): asked
+        per event, this spares the detector the call to :meth:`watermark`."""
         if self.max_ts_ms is None or ts_ms > self.max_ts_ms:
             self.max_ts_ms = ts_ms
         self.seen_at[key] = self.max_ts_ms
@@ -69,7 +71,18 @@ class Progress:
         if known is not None and ts_ms <= known:
             return False
         self.newest[key] = ts_ms
-        return True
+        return not self._settled(key)
+
+    def _settled(self, moved: SourceKey) -> bool:
+        """Whether the watermark stands as last worked out though ``moved``
+        progressed: it is not the slowest source, and the newest time has moved
+        less than _REFRESH_MS since."""
+        return (
+            self._watermark is not None
+            and moved != self._slowest
+            and self.max_ts_ms is not None
+            and self.max_ts_ms - self._refreshed_at < _REFRESH_MS
+        )
 
     def watermark(
         self,
@@ -88,12 +101,7 @@ class Progress:
         newest_ms = self.max_ts_ms
         if newest_ms is None:
             return None
-        if (
-            moved is not None
-            and self._watermark is not None
-            and moved != self._slowest
-            and newest_ms - self._refreshed_at < _REFRESH_MS
-        ):
+        if moved is not None and self._settled(moved):
             return self._watermark
         self._refreshed_at = newest_ms
         slowest: SourceKey | None = None

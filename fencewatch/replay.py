@@ -196,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
             for name, cs in detector.clusters.items()
         },
         detector.config.grace_ms,
+        detector.config.clock_limit_ms,
         sys.stderr,
     )
     where = dead_out.where()

@@ -13,8 +13,10 @@ own forms and fencewatch's parsers (producers.native_forms); ``--native-dir``
 also keeps those forms as files.
 
 ``--clock NODE=SPEC`` breaks a node's clock and ``--failover-at`` forces a
-controller failover (producers.sim_clocks); with ``-o FILE`` the clock ground
-truth goes to ``FILE.clocks.json`` (``Simulator.clock_record``).
+controller failover (producers.sim_clocks), ``--failover-silence`` leaving the
+metadata log silent after it as a crashed controller's election does; with
+``-o FILE`` the clock ground truth goes to ``FILE.clocks.json``
+(``Simulator.clock_record``).
 """
 
 from __future__ import annotations
@@ -165,6 +167,19 @@ def add_parser(sub: Any) -> None:
         "--failover-at, the second the next...; one that already leads is re-elected), e.g. "
         f"--clock {CONTROLLER_IDS[1]}=-3s --failover-at 60s --failover-to {CONTROLLER_IDS[1]}",
     )
+    clocks.add_argument(
+        "--failover-silence",
+        action="append",
+        default=[],
+        metavar="DURATION",
+        help="how long the metadata log writes nothing (no records, no NoOps) from the next forced "
+        "failover on, as while the voters wait out a crashed controller "
+        "(controller.quorum.fetch.timeout.ms, 2 s, or more): the election and the new leader's first "
+        "records come after it; brokers keep serving, whatever needs the controller waits (the first "
+        "--failover-silence "
+        "goes with the earliest --failover-at, the second the next...; default none), e.g. "
+        "--failover-at 60s --failover-silence 3s",
+    )
     add_kafka_options(p, from_env=False)
     kafka = p.add_argument_group("publishing to a topic (with --bootstrap-servers and --topic)")
     kafka.add_argument(
@@ -195,7 +210,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
     try:
         return SimConfig(
             clocks=tuple(parse_clock(text) for text in args.clock),
-            failovers=_failovers(args.failover_at, args.failover_to),
+            failovers=_failovers(args.failover_at, args.failover_to, args.failover_silence),
             seed=args.seed,
             cluster=args.cluster,
             brokers=args.brokers,
@@ -213,9 +228,11 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         raise SystemExit(f"fencewatch simulate: {exc}") from None
 
 
-def _failovers(times: list[str], winners: list[str]) -> tuple[Failover, ...]:
+def _failovers(
+    times: list[str], winners: list[str], silences: list[str] | None = None
+) -> tuple[Failover, ...]:
     """``--failover-at`` in time order, the k-th ``--failover-to`` naming the
-    winner of the k-th."""
+    winner of the k-th, the k-th ``--failover-silence`` its silence."""
     at = []
     for text in times:
         try:
@@ -232,7 +249,23 @@ def _failovers(times: list[str], winners: list[str]) -> tuple[Failover, ...]:
         raise ValueError(
             f"{len(to)} --failover-to for {len(at)} --failover-at -- name at most one winner per failover"
         )
-    return tuple(Failover(ms, to[k] if k < len(to) else None) for k, ms in enumerate(sorted(at)))
+    quiet: list[int] = []
+    for text in silences or []:
+        try:
+            quiet.append(parse_time_ms(text))
+        except ValueError as exc:
+            raise ValueError(
+                f"--failover-silence {text}: {exc} -- write a duration in ms or s, e.g. 3s"
+            ) from None
+    if len(quiet) > len(at):
+        raise ValueError(
+            f"{len(quiet)} --failover-silence for {len(at)} --failover-at "
+            "-- give at most one silence per failover"
+        )
+    return tuple(
+        Failover(ms, to[k] if k < len(to) else None, quiet[k] if k < len(quiet) else 0)
+        for k, ms in enumerate(sorted(at))
+    )
 
 
 def truth_path(args: argparse.Namespace) -> str:

@@ -112,11 +112,14 @@ def replay_line_accounting(
 
 
 def print_clocks(
-    clusters: Mapping[str, tuple[Mapping[int, ClockInterval], MetadataClock]], grace_ms: int, out: TextIO
+    clusters: Mapping[str, tuple[Mapping[int, ClockInterval], MetadataClock]],
+    grace_ms: int,
+    limit_ms: int,
+    out: TextIO,
 ) -> None:
     """Each node's measured clock offset to the metadata log's, naming the nodes
-    whose whole interval lies beyond the grace window, and the steps of the
-    metadata log's own clock (detectors.clocks)."""
+    whose whole interval lies beyond the grace window or is wider than the
+    clock limit, and the steps of the metadata log's own clock (detectors.clocks)."""
     for cluster, (offsets, metadata_clock) in sorted(clusters.items()):
         if not offsets and not metadata_clock.steps:
             continue
@@ -127,6 +130,10 @@ def print_clocks(
         for node, interval in offsets.items():
             off = interval.low_ms > grace_ms or interval.high_ms < -grace_ms
             advice = ": outside the grace window, check its NTP (chrony/ntpd)" if off else ""
+            if interval.width_ms > limit_ms:
+                # Loose evidence, or bounds from before a controller took the log over
+                # (ClockBook.taken_over) that nothing since has settled.
+                advice = ": wider than the clock limit, its verdicts are counted clock uncertain"
             print(f"  {interval.describe(node)}{advice}", file=out)
         for offset, moved in metadata_clock.steps:
             where = f" at offset {offset}" if offset is not None else ""

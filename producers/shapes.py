@@ -38,6 +38,21 @@ def no_op() -> dict[str, Any]:
     return _record("NO_OP_RECORD", 0, {})
 
 
+def leader_change(epoch: int, leader: int, voters: list[int], granting: list[int]) -> dict[str, Any]:
+    """The LeaderChange control record a new quorum leader writes first in its
+    epoch, as detectors.parse_metadata_dump reads it from Kafka 4.1's dump."""
+    return {
+        "type": "LEADER_CHANGE",
+        "partitionLeaderEpoch": epoch,
+        "data": {
+            "version": 0,
+            "leaderId": leader,
+            "voters": [{"voterId": v} for v in voters],
+            "grantingVoters": [{"voterId": v} for v in granting],
+        },
+    }
+
+
 def feature_level(level: int) -> dict[str, Any]:
     return _record("FEATURE_LEVEL_RECORD", 0, {"name": "metadata.version", "featureLevel": level})
 

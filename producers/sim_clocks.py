@@ -16,7 +16,9 @@ An offset or rate takes a sign and the unit ``ms`` or ``s`` (``-250ms``,
 rate to a whole number of microseconds per second, ``ppm``); a time
 (``@60s``, ``--failover-at 60000ms``) takes no sign. Several faults of one
 node add up. ``Failover`` is a forced Raft election (``--failover-at``,
-``--failover-to``), which hands the metadata log's clock to another controller.
+``--failover-to``), which hands the metadata log's clock to another controller;
+its ``silence_ms`` (``--failover-silence``) is how long the metadata log then
+writes nothing, as after a crashed controller (``controller.quorum.fetch.timeout.ms``).
 """
 
 from __future__ import annotations
@@ -108,10 +110,20 @@ ClockFault = ClockOffset | ClockStep | ClockDrift
 class Failover:
     """A forced Raft election ``at_ms`` of true time after the start; ``to``
     (a controller), if given, wins it, else the seed picks a voter other than
-    the leader, as for a random election."""
+    the leader, as for a random election.
+
+    ``silence_ms``: the leader is lost (crashed) at ``at_ms``, and for that
+    long the metadata log writes nothing, no records and no NoOps, as in a
+    real cluster whose voters wait out their fetch timeout
+    (``controller.quorum.fetch.timeout.ms``, 2 s, or more) before they elect;
+    the election (votes, quorum states: the leader history's true time) and
+    the new leader's first records come at ``at_ms + silence_ms``. Brokers
+    keep serving requests meanwhile; whatever needs the controller waits
+    (producers.simulator). 0: no silence, the election at ``at_ms``."""
 
     at_ms: int
     to: int | None = None
+    silence_ms: int = 0
 
 
 def _trim(value: Decimal) -> str:

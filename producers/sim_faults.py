@@ -24,6 +24,29 @@ from producers.sim_traffic import (
 
 UNKNOWN_LEADER_EPOCH = 75
 
+# Faults whose violating outcome the active controller writes, logs or sends
+# (metadata records, AlterPartition and StopReplica lines, elections): none is
+# injected during an election's silence, when no controller serves
+# (producers.sim_clocks.Failover.silence_ms). The brokers' own violations
+# (produce, fetch, remote log metadata) may still happen then.
+CONTROLLER_RULES = frozenset(
+    {
+        "STOP_REPLICA_STALE_EPOCH_APPLIED",
+        "STOP_REPLICA_DELETE_SENTINEL_REJECTED",
+        "STOP_REPLICA_CURRENT_EPOCH_REJECTED",
+        "STOP_REPLICA_STALE_CONTROLLER_ACCEPTED",
+        "ISR_INELIGIBLE_REPLICA_ADMITTED",
+        "LEADER_INELIGIBLE_ELECTED",
+        "ALTER_PARTITION_STALE_EPOCH_ACCEPTED",
+        "ALTER_PARTITION_STALE_BROKER_EPOCH_ACCEPTED",
+        "ALTER_PARTITION_ERROR_VERSION_MISMATCH",
+        "QUORUM_TWO_LEADERS_IN_EPOCH",
+        "QUORUM_EPOCH_REGRESSION",
+        "QUORUM_DOUBLE_VOTE",
+        "QUORUM_ZOMBIE_LEADER",
+    }
+)
+
 
 class Faults:
     def __init__(
@@ -364,12 +387,14 @@ class Faults:
     # ---- the metadata quorum (KIP-595) ------------------------------------------------------------
 
     def _raft_settled(self, t: int) -> bool:
-        """No election for the margin, no quorum fault playing out, and no
-        forced failover (``--failover-at``) due while one injected now would be."""
+        """No election for the margin, no election's silence ended within the
+        margin (or still on), no quorum fault playing out, and no forced
+        failover (``--failover-at``) due while one injected now would be."""
         raft = self.m.raft
         return (
             t - raft.elected_ms > self.margin_ms
             and t >= raft.frozen_until_ms
+            and t - raft.silence_ended_ms(t) > self.margin_ms
             and not any(t <= forced <= t + self.quorum_span_ms for forced in raft.forced_ms)
         )
 

@@ -70,6 +70,17 @@ class Raft:
     # true times of forced elections still to come (SimConfig.failovers): quorum
     # faults keep clear of them
     forced_ms: list[int] = field(default_factory=list)
+    # [start, end) true-time windows in which the metadata log writes nothing: a
+    # forced election's silence (producers.sim_clocks.Failover.silence_ms)
+    silences: list[tuple[int, int]] = field(default_factory=list)
+
+    def silent(self, true_ms: int) -> bool:
+        """Is the metadata log silent at ``true_ms`` (no leader serving yet)?"""
+        return any(start <= true_ms < end for start, end in self.silences)
+
+    def silence_ended_ms(self, true_ms: int) -> int:
+        """When the last silence begun by ``true_ms`` ends (may be later); 0 if none began."""
+        return max((end for start, end in self.silences if start <= true_ms), default=0)
 
     def elected(self, leader: int, epoch: int, true_ms: int) -> None:
         """``leader`` won ``epoch`` at ``true_ms``."""
@@ -162,6 +173,11 @@ class ClusterModel:
         emitted in its true-time order."""
         offset = None
         if kind == "metadata":
+            if self.raft.silent(true_ms):
+                raise RuntimeError(
+                    f"a metadata record at true time {true_ms} inside an election's silence "
+                    f"{self.raft.silences}: whatever writes metadata must wait for its end"
+                )
             # CreateTime is the active controller's clock, the same clock as its request log.
             self.metadata_offset += 1
             offset, ts_ms = self.metadata_offset, self.node_ts(self.raft.leader, true_ms)

@@ -10,6 +10,27 @@ from typing import Any
 from producers import shapes
 from producers.sim_model import ClusterModel, Partition
 
+# Actions that need the active controller: they write metadata records, or the
+# controller logs or sends their request (AlterPartition, StopReplica, the
+# quorum's Fetch and elections). During an election's silence they wait
+# (producers.simulator); the brokers' requests keep flowing.
+CONTROLLER_ACTIONS = frozenset(
+    {
+        "isr_shrink",
+        "isr_expand",
+        "stale_alter_partition_rejected",
+        "elect_leader",
+        "fence",
+        "unfence",
+        "controlled_restart",
+        "reassign",
+        "create_topic",
+        "delete_topic",
+        "quorum_fetch",
+        "raft_election",
+    }
+)
+
 NONE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 0, 3, 6
 OPERATION_NOT_ATTEMPTED, FENCED_LEADER_EPOCH, INELIGIBLE_REPLICA = 55, 74, 107
 
@@ -18,10 +39,11 @@ class Traffic:
     """Legitimate actions. ``lag_ms`` bounds how late a broker may act on the
     previous view (kept well inside the detector's grace window)."""
 
-    def __init__(self, model: ClusterModel, grace_ms: int):
+    def __init__(self, model: ClusterModel, grace_ms: int, leader_changes: bool = True):
         self.m = model
         self.rng = model.rng
         self.lag_ms = grace_ms // 3
+        self.leader_changes = leader_changes  # SimConfig.leader_change_records
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -379,14 +401,20 @@ class Traffic:
         m.emit("request", t, body, node=m.raft.leader)
 
     def raft_election(
-        self, t: int, *, old_leader_partitioned: bool = False, candidate: int | None = None
+        self,
+        t: int,
+        *,
+        old_leader_partitioned: bool = False,
+        candidate: int | None = None,
+        old_leader_lost: bool = False,
     ) -> dict[str, int]:
         """Elect a new quorum leader: pre-votes, votes, persisted states,
         BeginQuorumEpoch. With ``old_leader_partitioned`` the old leader is cut off
         away and hears nothing of it. ``candidate`` wins (a forced failover's
         ``--failover-to``; the leader itself is re-elected in a new epoch), else
-        a voter other than the leader, picked by the seed. Returns the nodes a
-        fault needs."""
+        a voter other than the leader, picked by the seed. ``old_leader_lost``:
+        the election ends an election's silence (the old leader crashed), so the
+        deposed leader serves no late fetch. Returns the nodes a fault needs."""
         m = self.m
         raft = m.raft
         old, epoch = raft.leader, raft.epoch + 1
@@ -435,7 +463,12 @@ class Traffic:
                 shapes.quorum_state(candidate, epoch, candidate, list(raft.voters)),
                 node=voter,
             )
-        if not old_leader_partitioned and old != candidate and self.rng.random() < 0.5:
+        if (
+            not old_leader_partitioned
+            and not old_leader_lost
+            and old != candidate
+            and self.rng.random() < 0.5
+        ):
             # The deposed leader may serve one more fetch before it learns of the election.
             late = t + self.rng.randint(1, self.lag_ms)
             m.emit(
@@ -447,6 +480,10 @@ class Traffic:
                 node=old,
             )
         raft.elected(candidate, epoch, t)
+        if self.leader_changes:
+            # The new leader's first record, by its own clock (KafkaRaftClient.onBecomeLeader).
+            granting = [candidate, *(v for v in reachable if v in raft.voters)]
+            m.emit("metadata", t, shapes.leader_change(epoch, candidate, list(raft.voters), granting))
         return out
 
     # ---- tiered storage ------------------------------------------------------------------------

@@ -13,9 +13,14 @@ Clocks: every node's clock runs off true time by a fixed base skew within
 ``skew_ms``; ``clocks`` breaks chosen nodes' clocks further (offsets, steps,
 drift: producers.sim_clocks), and ``failovers`` forces Raft elections, which
 hand the metadata log's clock (CreateTime: the active controller's) to another
-controller. ``Simulator.clock_offset_ms`` and ``clock_record`` are the clock
-ground truth; the truth records carry both a violation's ``ts_ms`` (its
-writer's clock) and its ``true_ms``."""
+controller; a failover's ``silence_ms`` leaves the metadata log silent that
+long from its time (no records, no NoOps: the voters wait out the lost
+leader, ``controller.quorum.fetch.timeout.ms``) and elects at its end, while
+whatever needs the controller (``sim_traffic.CONTROLLER_ACTIONS``,
+``sim_faults.CONTROLLER_RULES``) waits and the brokers keep serving.
+``Simulator.clock_offset_ms`` and ``clock_record`` are the clock ground truth;
+the truth records carry both a violation's ``ts_ms`` (its writer's clock) and
+its ``true_ms``."""
 
 from __future__ import annotations
 
@@ -23,14 +28,15 @@ import heapq
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from producers import shapes
 from producers.native_forms import NATIVE_KINDS, NativeRoute
 from producers.sim_clocks import ClockFault, Clocks, Failover
-from producers.sim_faults import Faults
+from producers.sim_faults import CONTROLLER_RULES, Faults
 from producers.sim_model import CONTROLLER_IDS, HANDLING_MS, ClusterModel
-from producers.sim_traffic import Traffic
+from producers.sim_traffic import CONTROLLER_ACTIONS, Traffic
 
 # A weight per legitimate action; roughly how often it happens per simulated step.
 ACTION_WEIGHTS = {
@@ -76,6 +82,10 @@ class SimConfig:
     # Request lines stamped when the response completes (producers.sim_model.stamped_at);
     # False stamps them at arrival, as histories simulated before 2026-11-27 were.
     stamp_requests_at_completion: bool = True
+    # Each election's LeaderChange record, which Kafka's new quorum leader writes
+    # first in its epoch; False writes none, as histories simulated before
+    # 2026-11-27 11:00 have (the upgrade tests' checkpoints).
+    leader_change_records: bool = True
     skew_ms: int = 200  # each node's clock is off by up to this much
     metadata_version: int = 21  # KRaft feature level; below 12 ISR shrinks bump the leader epoch
     events_per_second: int = 2000  # simulated traffic rate
@@ -111,6 +121,18 @@ class SimConfig:
                 f"forced failovers at {sorted(times)} ms -- give each failover its own time after the start"
             )
         for failover in self.failovers:
+            if failover.silence_ms < 0:
+                raise ValueError(
+                    f"failover at {failover.at_ms} ms: silence of {failover.silence_ms} ms "
+                    "-- give a silence of 0 ms or more"
+                )
+        for failover, after in pairwise(sorted(self.failovers, key=lambda f: f.at_ms)):
+            if after.at_ms <= failover.at_ms + failover.silence_ms:
+                raise ValueError(
+                    f"failover at {after.at_ms} ms falls in the {failover.silence_ms} ms silence of the "
+                    f"one at {failover.at_ms} ms -- let each silence end before the next failover"
+                )
+        for failover in self.failovers:
             if failover.to is not None and failover.to not in CONTROLLER_IDS:
                 raise ValueError(
                     f"failover to {failover.to}: not a controller "
@@ -133,10 +155,10 @@ class Simulator:
             clocks=Clocks(config.clocks, config.start_ms),
             handling_ms=HANDLING_MS if config.stamp_requests_at_completion else 0,
         )
-        # Forced elections to come, in true-time order: (true time, winner or None).
-        self._forced = sorted((config.start_ms + f.at_ms, f.to) for f in config.failovers)
-        self.model.raft.forced_ms = [at for at, _ in self._forced]
-        self.traffic = Traffic(self.model, config.grace_ms)
+        # Forced elections to come, in true-time order: (true time, winner or None, silence).
+        self._forced = sorted((config.start_ms + f.at_ms, f.to, f.silence_ms) for f in config.failovers)
+        self.model.raft.forced_ms = [at for at, _, _ in self._forced]
+        self.traffic = Traffic(self.model, config.grace_ms, config.leader_change_records)
         self.faults = Faults(self.model, self.traffic, config.grace_ms, config.skew_ms, config.clock_slack_ms)
         unknown = set(config.faults) - set(self.faults.injectors)
         if unknown:
@@ -213,9 +235,23 @@ class Simulator:
                 noop = next_noop_ms if next_noop_ms is not None and next_noop_ms <= t else None
                 if election is not None and (noop is None or election <= noop):
                     # At its own time: every event yielded so far is earlier.
-                    at, to = self._forced.pop(0)
+                    at, to, silence = self._forced.pop(0)
                     m.raft.forced_ms.pop(0)
-                    self.traffic.raft_election(at, candidate=to)
+                    if silence > 0:
+                        # The leader is lost: the metadata log is silent while the
+                        # voters wait out their fetch timeout; then they elect, and
+                        # the new leader writes (the next failover comes later).
+                        m.raft.silences.append((at, at + silence))
+                        self._forced.insert(0, (at + silence, to, -1))
+                        m.raft.forced_ms.insert(0, at + silence)
+                    else:
+                        # silence -1: the election that ends a silence; the lost
+                        # leader serves nothing more
+                        self.traffic.raft_election(at, candidate=to, old_leader_lost=silence < 0)
+                elif noop is not None and m.raft.silent(noop):
+                    # No heartbeat while no leader serves: the new leader's first
+                    # NoOp comes when the silence ends.
+                    next_noop_ms = m.raft.silence_ended_ms(noop)
                 elif noop is not None:
                     # KRaft's controller writes a NoOp while nothing else changes
                     # (metadata.max.idle.interval.ms): the metadata log's heartbeat.
@@ -225,10 +261,16 @@ class Simulator:
                     break
             if t - cfg.start_ms > cfg.warmup_ms and rng.random() < cfg.fault_rate:
                 rule = rng.choice(self.enabled)
+                if rule in CONTROLLER_RULES and m.raft.silent(t):
+                    continue  # no controller to write, log or send it
                 if self.faults.injectors[rule](t):
                     self.injected[rule] = self.injected.get(rule, 0) + 1
                 continue
             action = rng.choices(self._actions, self._weights)[0]
+            if action in CONTROLLER_ACTIONS and m.raft.silent(t):
+                # Not done now: there is no controller. The traffic draws such
+                # actions at the same rate once the new leader writes.
+                continue
             if action == "raft_election" and t < m.raft.frozen_until_ms:
                 continue
             getattr(self.traffic, action)(t)

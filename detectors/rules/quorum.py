@@ -283,7 +283,10 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
             identity=(epoch,),
             evidence=[first.evidence],
         )
-    if (node, epoch) in q.open_zombies:
+    if (node, epoch) in q.open_zombies or env.kind == "metadata":
+        # A LeaderChange record starts its leader's epoch, so it is no act of a
+        # leader that has lost its quorum (and its time is the log's own, which a
+        # step of the log's clock moves apart from the claim it made).
         return
     grace = cs.config.grace_ms
     # Each act placed in the metadata log's clock by its node's offset

@@ -218,6 +218,56 @@ def test_bounds_from_before_a_step_forward_allow_a_silence_as_well():
     assert (after.low_ms, after.high_ms) == (-970 - 100, 30 + 100 + 2950)
 
 
+def test_a_take_over_loosens_bounds_from_before_until_the_new_clock_is_bounded():
+    """A fail-over's election silence can hide a step back of the log's clock
+    as long as the silence. Until a node measured before is bounded by a record
+    of the new clock the interval is wider than the clock limit (counted "clock
+    uncertain", never judged); then its offset cannot have risen more than that
+    bound less its lowest offset before, and the bounds from before come down to
+    that. The interval then allows both clocks: right for a request from either
+    side of the election, whose node time does not tell which it is measured by."""
+    clocks = book()
+    clocks.created_epoch((PARTITION, "L", 1), 10_000)
+    clocks.knows(3, 10_040, (PARTITION, "L", 1))
+    clocks.created_epoch((PARTITION, "L", 2), 11_500)
+    clocks.knows(3, 11_530, (PARTITION, "L", 2))
+    assert (clocks.interval(3, 11_530).low_ms, clocks.interval(3, 11_530).high_ms) == (-970, 30)
+    clocks.taken_over(1000)  # Detector._place_metadata, at a LeaderChange to another controller
+    assert clocks.interval(3, 11_530).width_ms > 30_000
+    # The new controller's clock is 1.5 s behind and the log was silent for 2 s:
+    # its first record, stamped 12_000, reaches broker 3 (whose clock is right) at
+    # 13_480. Against the new clock broker 3 is 1.5 s ahead.
+    clocks.created_epoch((PARTITION, "L", 3), 12_000)
+    clocks.knows(3, 13_480, (PARTITION, "L", 3))
+    assert clocks.unsettled is not None and clocks.unsettled[2] == 2450
+    # Settled: the offset rose at most 1480 - (-970) = 2450 ms; the bounds from
+    # before are that much higher now, and reach the margin (1000 ms) lower.
+    assert clocks.lines[3].high[23][0] == 30 + 2450
+    assert clocks.lines[3].spread[23] == 2450 + 1000
+    # A second new record corroborates the new bound: without the bounds from
+    # before the interval would be 480..1480 ms, and a request of the silence
+    # (measured against the old clock, 0) would be placed a second too early.
+    clocks.created_epoch((PARTITION, "L", 4), 13_100)
+    clocks.knows(3, 14_620, (PARTITION, "L", 4))
+    for at in (11_530, 13_480):
+        interval = clocks.interval(3, at)
+        assert interval.low_ms <= 0 and interval.high_ms == 1480, (at, interval)
+    restored = pickle.loads(pickle.dumps(clocks))
+    assert restored.interval(3, 13_480) == clocks.interval(3, 13_480)
+
+
+def test_a_leader_change_hands_the_log_over_only_to_another_or_unnamed_controller():
+    clock = MetadataClock()
+    assert not clock.took_over(5, 3000)  # the first one seen: nothing before it
+    assert not clock.took_over(6, 3000)  # re-elected: the same clock
+    assert not clock.took_over(6, 3001)  # not a newer epoch
+    assert clock.took_over(7, 3001)
+    assert clock.took_over(8, -1)  # a dump that does not name the leader
+    restored = MetadataClock.__new__(MetadataClock)
+    restored.__setstate__(clock.__getstate__()[:7])  # state saved before writers were kept
+    assert restored.writer is None
+
+
 def test_records_stamped_out_of_order_without_a_step_move_nothing():
     clock = MetadataClock()
     for i, t in enumerate([1000, 3000, 1000, 3000, 1000, 3000]):
@@ -265,6 +315,28 @@ def test_one_wrong_broker_clock_raises_no_false_alarm(spec):
     interval = detector.clusters["sim-1"].clocks.measured_nodes()[node]
     truth = sim.clock_offset_ms(node, sim.leader_history[-1][0] + 1)
     assert interval.low_ms - 250 <= truth <= interval.high_ms + 250, (interval, truth)
+
+
+@pytest.mark.parametrize("spec", ["3001=-2s", "3001=+2s"])
+def test_a_fail_over_whose_silence_hides_the_new_clock_raises_no_false_alarm(spec):
+    """A crashed controller's successor takes the log over after a 2 s silence
+    (producers.sim_clocks.Failover.silence_ms). 2 s behind, its first record is
+    stamped before the old leader's last one by less than a step shows: without
+    the take-over's loosening (ClockBook.taken_over) every broker's old bounds
+    stayed 1.85 s too low and 182 produce and fetch verdicts fired. 2 s ahead,
+    the log's clock steps forward and the new leader's own LeaderChange was
+    judged a zombie's act, its time and its claim's 3.8 s apart."""
+    sim = Simulator(
+        SimConfig(
+            seed=1,
+            clocks=(parse_clock(spec),),
+            failovers=(Failover(15_000, to=3001, silence_ms=2000),),
+        )
+    )
+    table, _ = judge(sim, 60_000, MEASURING)
+    tp, fp, fn = totals(table)
+    assert fp == 0, {k: v for k, v in table.items() if v["fp"]}
+    assert tp >= 0.75 * (tp + fn), (tp, fn)
 
 
 def test_without_measured_clocks_the_same_broker_floods_false_alarms():

@@ -108,11 +108,12 @@ def history(spec: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
                 fault_rate=spec["fault_rate"],
                 warmup_ms=spec["warmup_ms"],
                 events_per_second=spec["events_per_second"],
-                # Checkpoints made before NoOps, the clock slack and requests stamped at
-                # their completion were simulated have none of them.
+                # Checkpoints made before NoOps, the clock slack, requests stamped at
+                # their completion and LeaderChange records were simulated have none of them.
                 noop_interval_ms=spec.get("noop_interval_ms", 0),
                 clock_slack_ms=spec.get("clock_slack_ms", 0),
                 stamp_requests_at_completion=spec.get("stamp_requests_at_completion", False),
+                leader_change_records=spec.get("leader_change_records", False),
             )
         )
         per_cluster.append(list(sim.events(spec["events_per_cluster"])))
