@@ -486,7 +486,8 @@ class ClockBook:
         # A loosened bound (one from before a step of the metadata log's clock)
         # allows the clock as far below it as it moved, whether or not it is the
         # lowest: the lowest may come from after the step, in another frame.
-        floor = min([high, *(h - line.spread[b] for b, (h, _) in found if b in line.spread)])
+        spread = line.spread
+        floor = min([high, *(h - spread[b] for b, (h, _) in found if b in spread)]) if spread else high
         if self._corroborated([v for _, v in found], high):
             return ClockInterval(floor - slack, high, measured=True, evidence=len(found))
         if tight_only:

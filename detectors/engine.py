@@ -707,11 +707,10 @@ class Detector:
 def _took_over(clock: MetadataClock, body: dict[str, Any]) -> bool:
     """Whether a LeaderChange record hands the log to another controller's
     clock (MetadataClock.took_over); a record too malformed to tell is left to
-    the quorum rule, which explains it."""
-    epoch = body.get("partitionLeaderEpoch")
-    data = body.get("data")
-    leader = data.get("leaderId", -1) if isinstance(data, dict) else -1
-    if type(epoch) is not int or type(leader) is not int:
+    the quorum rule, which dead-letters it with the reason."""
+    try:
+        epoch, leader = rules.quorum.leader_change(body)
+    except BadRecord:
         return False
     return clock.took_over(epoch, leader)
 

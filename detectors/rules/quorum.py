@@ -4,7 +4,7 @@ grace window, so the verdicts do not depend on arrival order."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from detectors.alerts import Evidence
 from detectors.envelope import Envelope
@@ -131,6 +131,14 @@ def ingest_state(cs: ClusterState, env: Envelope) -> list[Deferred]:
     return judgments
 
 
+def leader_change(body: dict[str, Any]) -> tuple[int, int]:
+    """A LeaderChange record's epoch and leader (-1: not printed, by a tool
+    before Kafka 4.1, so the leader is unknown); BadRecord if malformed."""
+    epoch = get_int(body, "partitionLeaderEpoch", "body", bounds=_NON_NEGATIVE)
+    data = get_obj(body, "data", "body")
+    return epoch, get_int(data, "leaderId", "body.data", bounds=_NON_NEGATIVE, default=-1)
+
+
 def ingest_leader_change(cs: ClusterState, env: Envelope) -> list[Deferred]:
     """A LeaderChange control record of the metadata log (``kind: metadata``,
     ``type: LEADER_CHANGE``; see detectors.parse_metadata_dump), applied in offset
@@ -139,11 +147,8 @@ def ingest_leader_change(cs: ClusterState, env: Envelope) -> list[Deferred]:
     as printed (``leaderId``, ``voters``, ``grantingVoters``) by tools from
     Kafka 4.1 on; older tools print only the control type, so ``data`` is empty
     and only the epoch's order in the log can be judged, not who led it."""
-    body = env.body
-    epoch = get_int(body, "partitionLeaderEpoch", "body", bounds=_NON_NEGATIVE)
-    data = get_obj(body, "data", "body")
-    # -1: not printed (a tool before Kafka 4.1), so the leader is unknown.
-    leader = get_int(data, "leaderId", "body.data", bounds=_NON_NEGATIVE, default=-1)
+    epoch, leader = leader_change(env.body)
+    data = env.body["data"]
     q = cs.quorum
     named = f"node {leader}" if leader >= 0 else "a leader the dump does not name"
     evidence = Evidence.of(

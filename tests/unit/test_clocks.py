@@ -256,6 +256,26 @@ def test_a_take_over_loosens_bounds_from_before_until_the_new_clock_is_bounded()
     assert restored.interval(3, 13_480) == clocks.interval(3, 13_480)
 
 
+def test_a_malformed_leader_change_hands_nothing_over_and_is_dead_lettered():
+    """The take-over reads the record as the quorum rule does (rules.quorum.leader_change):
+    one it cannot read changes no clock, and the rule dead-letters it with the reason."""
+    detector = Detector(MEASURING, now_ms=lambda: 0)
+    for offset, (epoch, leader) in enumerate([(1, 3000), ("two", 3001)]):
+        body = {"type": "LEADER_CHANGE", "partitionLeaderEpoch": epoch, "data": {"leaderId": leader}}
+        raw = {
+            "cluster": "c",
+            "node": None,
+            "ts_ms": 1000 * offset,
+            "kind": "metadata",
+            "offset": offset,
+            "body": body,
+        }
+        detector.ingest(envelope_from_obj(raw, f"t:{offset}", offset))
+    assert detector.clusters["c"].metadata_clock.writer == (1, 3000)
+    assert detector.clusters["c"].clocks.unsettled is None
+    assert sum(detector.counters.dead_letters.values()) == 1
+
+
 def test_a_leader_change_hands_the_log_over_only_to_another_or_unnamed_controller():
     clock = MetadataClock()
     assert not clock.took_over(5, 3000)  # the first one seen: nothing before it
