@@ -15,9 +15,17 @@ the clean input.
 
 Files are read lazily. Before a record is emitted, every other file has been
 read far enough that nothing earlier can still be in it, on the detector's own
-assumption that a file is out of ``ts_ms`` order by at most ``lateness_ms``; so
-memory holds about ``lateness_ms`` of records per file, not the files. A single
-file is read as it is: it keeps every source's order already.
+assumption that one source's records are out of ``ts_ms`` order by at most
+``lateness_ms``. How far a file has been read is the time of its slowest
+source, not its newest record: every node stamps by its own clock, and a file
+in which one node runs 3 s ahead still holds the other nodes' records of those
+3 s unread (measured: a skewed history cut into overlapping files lost 660
+metadata records as out of order and raised 3,204 false alarms while the file
+was read by its newest time). A source silent in a file for ``silent_ms`` of
+that file's time (a node that stopped) no longer holds the file back. So
+memory holds about ``lateness_ms`` plus the clocks' spread of records per
+file, not the files. A single file is read as it is: it keeps every source's
+order already.
 """
 
 from __future__ import annotations
@@ -31,14 +39,20 @@ from detectors.envelope import DeadLetter, Envelope
 from detectors.redelivery import content_identity
 
 Item = Envelope | DeadLetter
-SourceKey = tuple[str, str, int]  # (cluster, kind, node or -1); dead letters: ("", "~", -1)
+# (cluster, kind, node; -1 for the metadata log, a __remote_log_metadata partition's
+# number for that partition's records); dead letters: ("", "~", -1)
+SourceKey = tuple[str, str, int]
 
 
 def source_of(item: Item) -> SourceKey:
     if isinstance(item, DeadLetter):
         return ("", "~", -1)  # reported where it stood in its file
-    if item.kind in ("metadata", "remote_log_metadata"):
+    if item.kind == "metadata":
         return (item.cluster, item.kind, -1)  # one log per cluster, whoever wrote each record
+    if item.kind == "remote_log_metadata":
+        # Each partition of __remote_log_metadata is a log of its own (detectors.redelivery).
+        partition = item.body.get("partition")
+        return (item.cluster, item.kind, partition if type(partition) is int else -1)
     return (item.cluster, item.kind, -1 if item.node is None else item.node)
 
 
@@ -61,11 +75,50 @@ class _Content:
 @dataclass
 class _Queue:
     """One source's records read from one file and not yet emitted, each with
-    its effective time (never before its predecessor's)."""
+    its effective time (never before its predecessor's in this file)."""
 
-    source: SourceKey
+    source: _Source
     items: deque[tuple[int, Item]] = field(default_factory=deque)
     last_ts_ms: int = -1
+
+
+HeadKey = tuple[int, str, int, int, _Content]
+
+
+def _head_key(queue: _Queue) -> HeadKey:
+    ts_ms, item = queue.items[0]
+    offset = item.offset if isinstance(item, Envelope) and item.offset is not None else -1
+    _, kind, node = queue.source.key
+    return (ts_ms, kind, node, offset, _Content(item))
+
+
+def _offset(queue: _Queue) -> int | None:
+    item = queue.items[0][1]
+    return item.offset if isinstance(item, Envelope) else None
+
+
+class _Source:
+    """One source's queues, one per file that holds it. Its next record is the
+    lowest offset of an offset-ordered log: a record's effective time depends
+    on where its file starts (a record after a broker 3 s ahead is held to that
+    broker's time in one piece and not in the next), so two pieces' times of
+    one log need not agree with its order. Any other source's is the earliest."""
+
+    __slots__ = ("key", "queues", "version")
+
+    def __init__(self, key: SourceKey):
+        self.key = key
+        self.queues: list[_Queue] = []
+        self.version = 0  # heap entries of an older version are stale
+
+    def head(self) -> _Queue | None:
+        heads = [q for q in self.queues if q.items]
+        if len(heads) <= 1:
+            return heads[0] if heads else None
+        offsets = [_offset(q) for q in heads]
+        if None not in offsets:
+            return heads[offsets.index(min(offsets))]  # type: ignore[type-var]
+        return min(heads, key=_head_key)
 
 
 class _File:
@@ -73,16 +126,25 @@ class _File:
 
     CHUNK = 256  # records read at a time: the horizon is recomputed per chunk, not per record
 
-    def __init__(self, items: Iterable[Item]):
+    def __init__(self, items: Iterable[Item], silent_ms: int, sources: dict[SourceKey, _Source]):
         self._items = iter(items)
+        self._silent_ms = silent_ms
+        self._sources = sources
         self.queues: dict[SourceKey, _Queue] = {}
         self.newest_ts_ms = -1  # of the records read so far
         self.done = False
 
-    def read(self) -> list[_Queue]:
-        """Read up to a chunk of records into their queues; returns the queues
-        that were empty before (they have a new head)."""
-        started: list[_Queue] = []
+    def progress_ms(self) -> int:
+        """The time every source of this file still writing has been read to:
+        its records not read yet come no earlier (within lateness)."""
+        newest = self.newest_ts_ms
+        live = [q.last_ts_ms for q in self.queues.values() if newest - q.last_ts_ms <= self._silent_ms]
+        return min(live) if live else newest
+
+    def read(self) -> set[_Source]:
+        """Read up to a chunk of records into their queues; returns the sources
+        with a queue that was empty before (their next record may have changed)."""
+        started: set[_Source] = set()
         queues = self.queues
         for _ in range(self.CHUNK):
             item = next(self._items, None)
@@ -95,57 +157,69 @@ class _File:
                     self.newest_ts_ms = ts_ms
             else:
                 ts_ms = self.newest_ts_ms
-            source = source_of(item)
-            queue = queues.get(source)
+            key = source_of(item)
+            queue = queues.get(key)
             if queue is None:
-                queue = queues[source] = _Queue(source)
+                source = self._sources.get(key)
+                if source is None:
+                    source = self._sources[key] = _Source(key)
+                queue = queues[key] = _Queue(source)
+                source.queues.append(queue)
             if ts_ms > queue.last_ts_ms:
                 queue.last_ts_ms = ts_ms
             if not queue.items:
-                started.append(queue)
+                started.add(queue.source)
             queue.items.append((queue.last_ts_ms, item))
         return started
 
 
-def _head_key(queue: _Queue) -> tuple[int, str, int, int, _Content]:
-    ts_ms, item = queue.items[0]
-    offset = item.offset if isinstance(item, Envelope) and item.offset is not None else -1
-    return (ts_ms, queue.source[1], queue.source[2], offset, _Content(item))
-
-
-def merge_sources(streams: Sequence[Iterable[Item]], disorder_ms: int) -> Iterator[Item]:
+def merge_sources(streams: Sequence[Iterable[Item]], disorder_ms: int, silent_ms: int) -> Iterator[Item]:
     """Merge per-file streams (see the module docstring). ``disorder_ms``: how
-    far out of ``ts_ms`` order one file may be (the detector's lateness)."""
+    far out of ``ts_ms`` order one source may be (the detector's lateness);
+    ``silent_ms``: how long a source may be silent in a file, by the file's
+    newest time, and still be waited for."""
     if len(streams) == 1:
         # One file already keeps every source's order. Holding records to
         # interleave its sources by time would only cost: the detector's grace
         # and lateness make the interleaving of sources irrelevant.
         yield from streams[0]
         return
-    files = [_File(s) for s in streams]
-    heads: list[tuple[tuple[int, str, int, int, _Content], int, _Queue]] = []
-    pushes = 0  # breaks the last tie (identical records) without comparing queues
+    sources: dict[SourceKey, _Source] = {}
+    files = [_File(s, silent_ms, sources) for s in streams]
+    # (the source's next record's key, push count, the source's version, source, its queue)
+    heads: list[tuple[HeadKey, int, int, _Source, _Queue]] = []
+    pushes = 0  # breaks the last tie (identical records) without comparing sources
 
-    def offer(queue: _Queue) -> None:
+    def offer(source: _Source) -> None:
         nonlocal pushes
-        pushes += 1
-        heapq.heappush(heads, (_head_key(queue), pushes, queue))
+        source.version += 1
+        queue = source.head()
+        if queue is not None:
+            pushes += 1
+            heapq.heappush(heads, (_head_key(queue), pushes, source.version, source, queue))
+
+    def pop() -> Item | None:
+        _, _, version, source, queue = heapq.heappop(heads)
+        if version != source.version:
+            return None  # the source's next record changed since
+        item = queue.items.popleft()[1]
+        offer(source)
+        return item
 
     while True:
         unread = [f for f in files if not f.done]
         if not unread:
             break
         # The earliest time a record not yet read could have, in any file.
-        earliest_unread = min(f.newest_ts_ms for f in unread) - disorder_ms
+        slowest_ms, slowest = min((f.progress_ms(), i) for i, f in enumerate(unread))
+        earliest_unread = slowest_ms - disorder_ms
         while heads and heads[0][0][0] <= earliest_unread:
-            _, _, queue = heapq.heappop(heads)
-            yield queue.items.popleft()[1]
-            if queue.items:
-                offer(queue)
-        for queue in min(unread, key=lambda f: f.newest_ts_ms).read():
-            offer(queue)
+            item = pop()
+            if item is not None:
+                yield item
+        for source in unread[slowest].read():
+            offer(source)
     while heads:
-        _, _, queue = heapq.heappop(heads)
-        yield queue.items.popleft()[1]
-        if queue.items:
-            offer(queue)
+        item = pop()
+        if item is not None:
+            yield item
