@@ -7,6 +7,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import Any
 
 from detectors.alerts import FIRING, Alert, Evidence, make_alert_id
@@ -132,21 +133,35 @@ class ClusterState:
         the latest. None (counted as "clock uncertain") when the interval is wider
         than ``clock_limit_ms``. A node without clock evidence is taken to agree
         with the metadata log, the grace window its only tolerance."""
+        window = self.window_of(env, node)
+        if window is None:
+            self.unverified(UnverifiedReason.CLOCK_UNCERTAIN)
+        return window
+
+    def window_of(self, env: Envelope, node: int | None = None) -> tuple[int, int] | None:
+        """:meth:`judged_window` without counting: every partition of one
+        request is judged in the same window, looked up once."""
         grace = self.config.grace_ms
         interval = self.clock(env, node)
         if not interval.measured:
             return env.ts_ms - grace, env.ts_ms + grace
         if interval.width_ms > self.config.clock_limit_ms:
-            self.unverified(UnverifiedReason.CLOCK_UNCERTAIN)
             return None
         arrival = env.ts_ms - handling_ms(env)
         return math.floor(arrival - interval.high_ms) - grace, math.ceil(env.ts_ms - interval.low_ms) + grace
 
     def partition_window(
-        self, topic: str | None, topic_id: str | None, index: int, env: Envelope, node: int | None = None
+        self,
+        topic: str | None,
+        topic_id: str | None,
+        index: int,
+        env: Envelope,
+        node: int | None = None,
+        window: tuple[int, int] | EllipsisType | None = ...,
     ) -> tuple[PartitionKey, list[PartitionState]] | None:
         """The partition's states within the grace window around the moment
-        ``env`` was handled (:meth:`judged_window`), or None (counted as
+        ``env`` was handled (:meth:`judged_window`; ``window``: what
+        :meth:`window_of` gave, if asked already), or None (counted as
         unverified) when the view does not know the partition or the moment
         is too uncertain."""
         key = self.view.resolve_topic(topic, topic_id, env.ts_ms)
@@ -154,8 +169,10 @@ class ClusterState:
         if history is None:
             self.unverified(UnverifiedReason.UNKNOWN_PARTITION)
             return None
-        window = self.judged_window(env, node)
+        if window is ...:
+            window = self.window_of(env, node)
         if window is None:
+            self.unverified(UnverifiedReason.CLOCK_UNCERTAIN)
             return None
         states = history.window(*window)
         if not states:

@@ -405,7 +405,7 @@ class Detector:
                 if home:
                     cs.unverified(TOO_LATE)
                 return None
-            first = cs.recent_ids.add(content_identity(env), until_ms)
+            first = cs.recent_ids.add(env.read_digest or content_identity(env), until_ms)
         if not first:
             if home:
                 self.counters.duplicates += 1

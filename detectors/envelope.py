@@ -11,12 +11,14 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from hashlib import blake2b
 from importlib import resources
-from typing import Any, TypeGuard
+from typing import Any
 
 import fastjsonschema
 import orjson
 
+from detectors.fast_init import fast_init
 from detectors.pickling import fast_pickle
 
 KINDS = ("request", "metadata", "quorum_state", "remote_log_metadata")
@@ -79,11 +81,15 @@ class BadRecord(ValueError):
 
 
 @fast_pickle
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """One validated event. ``position`` says where it came from (``file:line``
     or ``topic/partition@offset``); ``seq`` is its arrival order within that
-    source and breaks ``ts_ms`` ties deterministically."""
+    source and breaks ``ts_ms`` ties deterministically. ``read_digest``: a
+    digest of the record's bytes where it was read from JSON (parse_envelope),
+    its identity for recognising a re-delivery (detectors.redelivery); None for
+    an envelope built in memory."""
 
     cluster: str
     node: int | None
@@ -93,6 +99,7 @@ class Envelope:
     body: dict[str, Any]
     position: str = ""
     seq: int = 0
+    read_digest: bytes | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,12 +161,9 @@ def _schema_reason(exc: fastjsonschema.JsonSchemaValueException) -> str:
     return message.replace("data.", "", 1) if message.startswith("data.") else message
 
 
-def _is_int(value: Any, lo: int, hi: int) -> TypeGuard[int]:
-    # JSON Schema counts 1.0 as an integer; fencewatch does not (epochs and offsets are exact).
-    return type(value) is int and lo <= value <= hi
-
-
-def _plain_envelope(obj: dict[str, Any], position: str, seq: int) -> Envelope | None:
+def _plain_envelope(
+    obj: dict[str, Any], position: str, seq: int, digest: bytes | None = None
+) -> Envelope | None:
     """The schema's checks written out for the hot path: millions of envelopes
     pass here without the compiled validator, which only explains failures.
     None if any check fails."""
@@ -169,26 +173,30 @@ def _plain_envelope(obj: dict[str, Any], position: str, seq: int) -> Envelope | 
     node = obj.get("node")
     offset = obj.get("offset")
     body = obj.get("body")
+    # Integers are exact ints: JSON Schema counts 1.0 as an integer, fencewatch
+    # does not (epochs and offsets are exact).
     if (
         type(cluster) is str
         and 0 < len(cluster) <= MAX_CLUSTER_LENGTH
-        and _is_int(ts_ms, 0, MAX_TS_MS)
+        and type(ts_ms) is int
+        and 0 <= ts_ms <= MAX_TS_MS
         and kind in KINDS
         and type(body) is dict
-        and ((node is None and kind not in NODE_REQUIRED) or _is_int(node, -1, INT32_MAX))
-        and (offset is None or _is_int(offset, -1, INT64_MAX))
+        and ((node is None and kind not in NODE_REQUIRED) or (type(node) is int and -1 <= node <= INT32_MAX))
+        and (offset is None or (type(offset) is int and -1 <= offset <= INT64_MAX))
     ):
-        return Envelope(cluster, node, ts_ms, kind, offset, body, position, seq)
+        return Envelope(cluster, node, ts_ms, kind, offset, body, position, seq, digest)
     return None
 
 
-def envelope_from_obj(obj: Any, position: str = "", seq: int = 0) -> Envelope:
-    """Validate a decoded JSON value as an envelope; raise :class:`BadRecord`."""
+def envelope_from_obj(obj: Any, position: str = "", seq: int = 0, digest: bytes | None = None) -> Envelope:
+    """Validate a decoded JSON value as an envelope; raise :class:`BadRecord`.
+    ``digest``: the read record's (Envelope.read_digest)."""
     if not isinstance(obj, dict):
         raise BadRecord(
             f"envelope must be a JSON object, got {type(obj).__name__}", DeadLetterClass.WRONG_TYPE
         )
-    env = _plain_envelope(obj, position, seq)
+    env = _plain_envelope(obj, position, seq, digest)
     if env is not None:
         return env
     try:
@@ -202,22 +210,35 @@ def envelope_from_obj(obj: Any, position: str = "", seq: int = 0) -> Envelope:
     raise BadRecord("envelope rejected by detectors/schema/envelope.schema.json", DeadLetterClass.INVALID)
 
 
-def envelope_or_dead_letter(obj: Any, position: str, seq: int, raw: bytes | str) -> Envelope | DeadLetter:
+def envelope_or_dead_letter(
+    obj: Any, position: str, seq: int, raw: bytes | str, digest: bytes | None = None
+) -> Envelope | DeadLetter:
     """Validate ``obj`` as an envelope, or say why not with the raw text kept."""
     try:
-        return envelope_from_obj(obj, position, seq)
+        return envelope_from_obj(obj, position, seq, digest)
     except BadRecord as exc:
         return exc.dead_letter(position, _as_text(raw))  # decoded only when kept
 
 
 def parse_envelope(raw: bytes | str, position: str = "", seq: int = 0) -> Envelope | DeadLetter:
-    """Decode one JSON line into an envelope, or a dead letter saying why not."""
+    """Decode one JSON line into an envelope, or a dead letter saying why not.
+    A record without an offset gets the digest of ``raw`` (Envelope.read_digest):
+    a re-delivery carries the same bytes, and hashing them costs a third of
+    re-serializing the decoded body (docs/performance.md)."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         reason = f"malformed JSON: {exc}"
         return DeadLetter(position, reason, _as_text(raw), kind=DeadLetterClass.MALFORMED_JSON)
-    return envelope_or_dead_letter(obj, position, seq, raw)
+    digest = None
+    if type(obj) is dict and obj.get("offset") is None:
+        digest = read_digest(raw if isinstance(raw, bytes) else raw.encode())
+    return envelope_or_dead_letter(obj, position, seq, raw, digest)
+
+
+def read_digest(raw: bytes) -> bytes:
+    """The identity of a record read as ``raw`` (Envelope.read_digest)."""
+    return blake2b(raw.strip(), digest_size=16, person=b"fencewatch-read").digest()
 
 
 def _as_text(raw: bytes | str) -> str:

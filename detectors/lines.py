@@ -117,7 +117,11 @@ def read_lines(
             return
         if on_bytes is not None:
             on_bytes(len(line))
-        complete = line.endswith(b"\n") or len(line) < limit + 2
+        size = len(line)
+        if size <= limit and line.endswith(b"\n"):
+            yield line  # the everyday line: whole and within the limit with its terminator
+            continue
+        complete = line.endswith(b"\n") or size < limit + 2
         long = over_limit(line, limit) if complete else LongLine(line[:EXCERPT_BYTES], limit)
         if long is None:
             yield line

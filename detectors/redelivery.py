@@ -9,7 +9,15 @@ therefore has an identity that a re-delivery keeps:
 - a metadata record, and a remote-log-metadata record that carries one: its
   offset in its log (``__cluster_metadata``, ``__remote_log_metadata``);
 - a request-log line: its node, its time and its whole body (correlation ids
-  repeat across connections and clients, so no field alone will do);
+  repeat across connections and clients, so no field alone will do): read
+  from JSON (a replayed file's line, a Kafka record's value), a digest of its
+  bytes as read (``Envelope.read_digest``), which a re-delivery keeps byte for
+  byte (shippers convert the same native line to the same bytes); built in
+  memory, a digest of what it says (:func:`content_identity`). A record
+  re-delivered across an upgrade from a release before read digests (up to
+  d3edd8a) is recognised only once the grace window of the identities that
+  release remembered has closed: until then it may be judged twice, which
+  raises no alert twice (alert ids) but counts its outcomes twice;
 - a quorum-state observation: its node, time and content, and also, as the
   file has no time of its own and a shipper that restarts publishes the state
   it holds again with a new time, a repeat of the node's newest state;

@@ -14,7 +14,8 @@ import logging
 import sys
 import traceback
 
-# name -> module; imported lazily so `fencewatch replay` never pays for Spark.
+# name -> module; only the named command's is imported (build_parser), so
+# `fencewatch replay` pays for neither Spark nor the Kafka clients.
 COMMANDS = {
     "convert": "fencewatch.convert",
     "replay": "fencewatch.replay",
@@ -32,15 +33,18 @@ OUR_PACKAGES = ("fencewatch", "streaming", "producers", "detectors")
 VERBOSE_HELP = "show the detail behind a failure: tracebacks, Spark's output, Kafka client logs"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command`` (one of COMMANDS), only that
+    command's module is imported and its parser added: what ``main`` runs."""
     parser = argparse.ArgumentParser(
         prog="fencewatch",
         description="Catch Kafka fencing violations: epoch fencing and ISR eligibility.",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in COMMANDS.values():
-        importlib.import_module(module_name).add_parser(sub)
+    for name, module_name in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(module_name).add_parser(sub)
     _add_verbose(sub)
     return parser
 
@@ -56,7 +60,7 @@ def _add_verbose(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(_command(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     if args.verbose:
         # Our packages' debug lines (the Kafka clients' log among them), not py4j's chatter.
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -80,3 +84,13 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command ``argv`` names, if it names a known one before any other
+    word (the options before it take no value); else None: the parser then
+    knows every command, for the help or the error it gives."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None

@@ -26,6 +26,7 @@ from detectors.sources import EnvelopeLineStats, open_inputs, read_envelopes
 from detectors.truth import confusion
 from fencewatch.convert import peek_kind, wrong_kind
 from fencewatch.dead_letters import SHOWN_ON_STDERR, DeadLetterOutput
+from fencewatch.incident_report import IncidentReport
 from fencewatch.incident_timelines import from_detector, from_evidence
 from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import (
@@ -38,7 +39,6 @@ from fencewatch.options import (
     output_file,
     truth_records,
 )
-from fencewatch.report import replay_report, write_report
 from fencewatch.summaries import print_clocks, print_confusion, print_summary, replay_line_accounting
 from streaming.bucket_layout import DEFAULT_BUCKETS  # no Spark import
 
@@ -335,3 +335,18 @@ def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict
         alerts = [orjson.loads(a) for a in result.alerts]
         return 0 if print_confusion(confusion(alerts, truth), sys.stderr) else 1
     return 0
+
+
+def replay_report(files: list[str], config: DetectorConfig) -> IncidentReport:
+    """fencewatch.report's, imported only when a report is asked for: that
+    module brings the Kafka clients, which replay otherwise never loads."""
+    from fencewatch import report
+
+    return report.replay_report(files, config)
+
+
+def write_report(prog: str, incident: IncidentReport, path: str) -> int:
+    """fencewatch.report's (see replay_report)."""
+    from fencewatch import report
+
+    return report.write_report(prog, incident, path)

@@ -37,13 +37,14 @@ def judged(outcomes: list[PartitionOutcome]) -> list[PartitionOutcome]:
 
 
 def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[PartitionOutcome]) -> None:
+    window = cs.window_of(env)
     for outcome in outcomes:
         if outcome.error is None:
             cs.unverified(UnverifiedReason.NO_RESPONSE_ENTRY)
             continue
         if outcome.error != KafkaError.NONE or outcome.epoch < 0:
             continue
-        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env)
+        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env, window=window)
         if found is None:
             continue
         key, states = found

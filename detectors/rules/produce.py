@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from detectors.alerts import Evidence
 from detectors.envelope import Envelope
 from detectors.errors import KafkaError
 from detectors.requests import Header, PartitionOutcome
 from detectors.rules.base import Rule, register
 from detectors.stats import UnverifiedReason
+from detectors.view import PartitionState
 
 if TYPE_CHECKING:
     from detectors.cluster import ClusterState
@@ -62,21 +64,30 @@ def judge(
     cs: ClusterState, env: Envelope, header: Header, acks: int, outcomes: list[PartitionOutcome]
 ) -> None:
     node = env.node
+    window = cs.window_of(env)
     for outcome in outcomes:
         if outcome.error is None:
             cs.unverified(UnverifiedReason.NO_RESPONSE_ENTRY)
             continue
-        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env)
+        found = cs.partition_window(outcome.topic, outcome.topic_id, outcome.partition, env, window=window)
         if found is None:
             continue
         key, states = found
-        identity = (header.request_ref, env.ts_ms)
-        oldest = min(s.leader_epoch for s in states)
-        newest = max(s.leader_epoch for s in states)
-        evidence = [states[0].source] if len(states) == 1 else [states[0].source, states[-1].source]
+        if len(states) == 1:  # the everyday window: one state throughout
+            state = states[0]
+            oldest = newest = state.leader_epoch
+            lead = node == state.leader
+        else:
+            oldest = min(s.leader_epoch for s in states)
+            newest = max(s.leader_epoch for s in states)
+            lead = any(node == s.leader for s in states)
         if outcome.error == KafkaError.NONE:
-            leaders = {s.leader for s in states}
-            if node not in leaders:
+            if lead and not 0 <= outcome.epoch < oldest:
+                continue
+            identity = (header.request_ref, env.ts_ms)
+            evidence = _evidence(states)
+            if not lead:
+                leaders = {s.leader for s in states}
                 cs.emit(
                     ProduceAcceptedByNonLeader,
                     env,
@@ -103,6 +114,8 @@ def judge(
             (outcome.error == KafkaError.FENCED_LEADER_EPOCH and outcome.epoch >= newest)
             or (outcome.error == KafkaError.UNKNOWN_LEADER_EPOCH and outcome.epoch <= oldest)
         ):
+            identity = (header.request_ref, env.ts_ms)
+            evidence = _evidence(states)
             cs.emit(
                 ProduceEpochErrorMismatch,
                 env,
@@ -114,3 +127,8 @@ def judge(
                 evidence=evidence,
                 partition_key=key,
             )
+
+
+def _evidence(states: list[PartitionState]) -> list[Evidence]:
+    """The records that set the window's first and last states."""
+    return [states[0].source] if len(states) == 1 else [states[0].source, states[-1].source]

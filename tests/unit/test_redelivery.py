@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import detectors.rules  # noqa: F401  (registers every rule)
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
-from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_from_obj
+from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_from_obj, parse_envelope
 from detectors.errors import KafkaError
 from detectors.merge import merge_sources
 from detectors.parse_remote_log_metadata import iter_remote_log_metadata
@@ -153,6 +153,39 @@ def test_metadata_cut_where_neighbours_share_a_millisecond_in_reverse_order(seed
     ids, _, letters = replay([metadata[at:], metadata[:at], rest])
     assert letters == []
     assert ids == clean
+
+
+# ---- a record read from JSON is known by its bytes --------------------------------------------
+
+
+def test_a_request_read_from_json_is_known_by_its_bytes_as_read():
+    request = {"cluster": "c", "node": 1, "ts_ms": 5, "kind": "request", "body": {"b": 1, "a": 2}}
+    line = orjson.dumps(request)
+    first, again = parse_envelope(line, "f:1", 1), parse_envelope(line + b"\r\n", "g:7", 7)
+    assert isinstance(first, Envelope) and isinstance(again, Envelope)
+    assert first.read_digest is not None
+    assert first.read_digest == again.read_digest  # where it was read does not count
+    # Other bytes, another record, even where they say the same: a shipper
+    # converts a native line to the same bytes each time (the body's keys reordered).
+    reordered = parse_envelope(line.replace(b'"b":1,"a":2', b'"a":2,"b":1'))
+    assert isinstance(reordered, Envelope) and reordered.body == first.body
+    assert reordered.read_digest != first.read_digest
+    # Built in memory, or ordered by its offset: no digest (content_identity, OffsetOrder).
+    assert envelope_from_obj(request).read_digest is None
+    record = parse_envelope(orjson.dumps({**request, "kind": "metadata", "node": None, "offset": 3}))
+    assert isinstance(record, Envelope) and record.read_digest is None
+
+
+def test_the_same_bytes_twice_are_one_record_to_the_detector():
+    detector = Detector(CONFIG, now_ms=lambda: 0)
+    line = orjson.dumps(
+        {"cluster": "c", "node": 1, "ts_ms": 5, "kind": "request", "body": s.produce("t", 0, KafkaError.NONE)}
+    )
+    for position in ("f:1", "g:1"):
+        env = parse_envelope(line, position)
+        assert isinstance(env, Envelope)
+        detector.ingest(env)
+    assert detector.counters.duplicates == 1
 
 
 # ---- distinct records are never merged -------------------------------------------------------

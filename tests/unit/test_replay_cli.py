@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -165,3 +166,20 @@ def test_a_log4j_log_is_refused_with_the_request_log_convert(main, capsys, tmp_p
         f"envelope JSONL: convert it first with `fencewatch convert request-log --cluster C --node N "
         f"{server_log} > server.jsonl`, then replay server.jsonl\n"
     )
+
+
+def test_replay_loads_neither_spark_nor_the_kafka_clients(tmp_path: Path):
+    # Only the named command's module is imported: replay started in about a
+    # second when every command's module (Spark's, the Kafka clients') was.
+    history = tmp_path / "one.jsonl"
+    history.write_bytes(
+        orjson.dumps({"cluster": "c", "node": 1, "ts_ms": 5, "kind": "request", "body": {}}) + b"\n"
+    )
+    script = (
+        "import sys\n"
+        "from fencewatch.cli import main\n"
+        f"assert main(['replay', '--no-progress', {str(history)!r}]) == 0\n"
+        "print(sorted(m for m in ('pyspark', 'confluent_kafka', 'kafka', 'pyarrow') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]"
