@@ -16,16 +16,15 @@ the clean input.
 Files are read lazily. Before a record is emitted, every other file has been
 read far enough that nothing earlier can still be in it, on the detector's own
 assumption that one source's records are out of ``ts_ms`` order by at most
-``lateness_ms``. How far a file has been read is the time of its slowest
-source, not its newest record: every node stamps by its own clock, and a file
-in which one node runs 3 s ahead still holds the other nodes' records of those
-3 s unread (measured: a skewed history cut into overlapping files lost 660
-metadata records as out of order and raised 3,204 false alarms while the file
-was read by its newest time). A source silent in a file for ``silent_ms`` of
-that file's time (a node that stopped) no longer holds the file back. So
-memory holds about ``lateness_ms`` plus the clocks' spread of records per
-file, not the files. A single file is read as it is: it keeps every source's
-order already.
+``lateness_ms``. How far a file has been read is its newest time less the
+furthest any of its records has come behind the newest before it: every node
+stamps by its own clock, and a file in which one node runs 3 s ahead holds
+the other nodes' records of those 3 s still unread (measured: a skewed history
+cut into overlapping files lost 660 metadata and remote-log records as out of
+order and raised 3,204 false alarms while a file counted as read to its newest
+record). So memory holds about ``lateness_ms`` plus the clocks' spread of
+records per file, not the files. A single file is read as it is: it keeps
+every source's order already.
 """
 
 from __future__ import annotations
@@ -126,20 +125,19 @@ class _File:
 
     CHUNK = 256  # records read at a time: the horizon is recomputed per chunk, not per record
 
-    def __init__(self, items: Iterable[Item], silent_ms: int, sources: dict[SourceKey, _Source]):
+    def __init__(self, items: Iterable[Item], sources: dict[SourceKey, _Source]):
         self._items = iter(items)
-        self._silent_ms = silent_ms
         self._sources = sources
         self.queues: dict[SourceKey, _Queue] = {}
         self.newest_ts_ms = -1  # of the records read so far
+        self.behind_ms = 0  # the furthest a record came behind the newest before it
         self.done = False
 
     def progress_ms(self) -> int:
-        """The time every source of this file still writing has been read to:
-        its records not read yet come no earlier (within lateness)."""
-        newest = self.newest_ts_ms
-        live = [q.last_ts_ms for q in self.queues.values() if newest - q.last_ts_ms <= self._silent_ms]
-        return min(live) if live else newest
+        """The time this file has been read to: its records not read yet come no
+        earlier (within lateness), unless a clock falls further behind than any
+        has so far. A quiet or stopped source does not hold it back."""
+        return self.newest_ts_ms - self.behind_ms
 
     def read(self) -> set[_Source]:
         """Read up to a chunk of records into their queues; returns the sources
@@ -155,6 +153,8 @@ class _File:
                 ts_ms = item.ts_ms
                 if ts_ms > self.newest_ts_ms:
                     self.newest_ts_ms = ts_ms
+                elif self.newest_ts_ms - ts_ms > self.behind_ms:
+                    self.behind_ms = self.newest_ts_ms - ts_ms
             else:
                 ts_ms = self.newest_ts_ms
             key = source_of(item)
@@ -173,11 +173,9 @@ class _File:
         return started
 
 
-def merge_sources(streams: Sequence[Iterable[Item]], disorder_ms: int, silent_ms: int) -> Iterator[Item]:
+def merge_sources(streams: Sequence[Iterable[Item]], disorder_ms: int) -> Iterator[Item]:
     """Merge per-file streams (see the module docstring). ``disorder_ms``: how
-    far out of ``ts_ms`` order one source may be (the detector's lateness);
-    ``silent_ms``: how long a source may be silent in a file, by the file's
-    newest time, and still be waited for."""
+    far out of ``ts_ms`` order one source may be (the detector's lateness)."""
     if len(streams) == 1:
         # One file already keeps every source's order. Holding records to
         # interleave its sources by time would only cost: the detector's grace
@@ -185,7 +183,7 @@ def merge_sources(streams: Sequence[Iterable[Item]], disorder_ms: int, silent_ms
         yield from streams[0]
         return
     sources: dict[SourceKey, _Source] = {}
-    files = [_File(s, silent_ms, sources) for s in streams]
+    files = [_File(s, sources) for s in streams]
     # (the source's next record's key, push count, the source's version, source, its queue)
     heads: list[tuple[HeadKey, int, int, _Source, _Queue]] = []
     pushes = 0  # breaks the last tie (identical records) without comparing sources
