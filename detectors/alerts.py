@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors.envelope import Envelope
+from detectors.fast_init import fast_init
 from detectors.pickling import fast_pickle
 
 SEVERITIES = ("critical", "warning", "info")
@@ -17,6 +18,7 @@ STATUSES = (FIRING, RESOLVED)
 
 
 @fast_pickle
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """One event of the chain that led to an alert.

@@ -3,7 +3,7 @@
 A frozen dataclass's generated ``__init__`` stores each field through
 ``object.__setattr__``, looked up anew for every field of every object. The
 detector makes several per request (its Envelope and the body-less copy its
-judgments keep, its Header, a PartitionOutcome per partition): those inits
+judgments keep, its Header, a PartitionOutcome per partition, Evidence): those inits
 were about a tenth of replay's per-event time (py-spy, docs/performance.md).
 Storing through each slot's own descriptor, bound once, costs about 40% less
 per object (1.15 against 1.96 us for five fields) and keeps everything else

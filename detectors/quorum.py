@@ -55,6 +55,13 @@ class QuorumView:
     # in offset order. Last, so that a state pickled before it restores (fast_pickle).
     log_epoch: tuple[int, Evidence] | None = None
 
+    def claim_is_new(self, node: int, epoch: int, ts_ms: int) -> bool:
+        """Whether :meth:`add_claim` would keep a claim at ``ts_ms``: only each
+        node's earliest in an epoch is kept, and a leader's every metadata fetch
+        claims again, so its evidence need not be built for the others."""
+        known = self.claims.get(epoch, {}).get(node)
+        return known is None or ts_ms < known.ts_ms
+
     def add_claim(
         self, node: int, epoch: int, ts_ms: int, evidence: Evidence, latest_ms: int | None = None
     ) -> None:

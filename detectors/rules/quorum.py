@@ -267,10 +267,11 @@ def _ingest_quorum_fetch(cs: ClusterState, env: Envelope, node: int) -> list[Def
             if epoch < 0:
                 continue
             cs.quorum.add_fetch(node, epoch, replica, env.ts_ms)
-            evidence = Evidence.of(
-                "view", env, f"node {node} served a metadata fetch as leader of epoch {epoch}"
-            )
-            cs.quorum.add_claim(node, epoch, env.ts_ms, evidence, cs.moment(env)[1])
+            if cs.quorum.claim_is_new(node, epoch, env.ts_ms):
+                evidence = Evidence.of(
+                    "view", env, f"node {node} served a metadata fetch as leader of epoch {epoch}"
+                )
+                cs.quorum.add_claim(node, epoch, env.ts_ms, evidence, cs.moment(env)[1])
             judgments.append((_judge_claim, (node, epoch)))
     return judgments
 

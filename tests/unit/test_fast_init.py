@@ -8,12 +8,13 @@ import pickle
 
 import pytest
 
+from detectors.alerts import Evidence
 from detectors.envelope import Envelope
 from detectors.fast_init import fast_init
 from detectors.requests import Header, PartitionOutcome
 
 
-@pytest.mark.parametrize("cls", [Envelope, Header, PartitionOutcome])
+@pytest.mark.parametrize("cls", [Envelope, Header, PartitionOutcome, Evidence])
 def test_each_field_is_stored_through_its_slot(cls):
     stores = cls.__init__.__globals__
     for f in dataclasses.fields(cls):
