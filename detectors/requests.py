@@ -4,7 +4,6 @@ the broker answered. Field names are Kafka's JSON schema names."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,25 +156,25 @@ class _NotPlain(Exception):
     """A value the plain readers do not accept: the checked reader says what is wrong."""
 
 
-def _plain_int(value: Any, bounds: tuple[int, int]) -> int:
-    if type(value) is int and bounds[0] <= value <= bounds[1]:
-        return value
-    raise _NotPlain
+_INT16_LO, _INT16_HI = INT16
+_INT32_LO, _INT32_HI = INT32
 
 
-def _plain_partitions(
+def _plain_topics(
     obj: Any, topics_key: str, parts_key: str, *, required: bool
-) -> Iterator[tuple[str | None, str | None, dict[str, Any]]]:
-    """(topic name, topic id, partition entry) of every partition under
-    ``obj[topics_key][*][parts_key]``, accepting exactly what the field helpers
-    and _topic_ref accept (an absent or null topic list only if not ``required``)."""
+) -> list[tuple[str | None, str | None, list[Any]]]:
+    """(topic name, topic id, partition entries) of every topic under
+    ``obj[topics_key]``, accepting exactly what the field helpers and
+    _topic_ref accept (an absent or null topic list only if not ``required``);
+    the entries themselves are the caller's to check."""
     if type(obj) is not dict:
         raise _NotPlain
     topics = obj.get(topics_key)
     if topics is None and not required:
-        return
+        return []
     if type(topics) is not list:
         raise _NotPlain
+    out = []
     for topic in topics:
         if type(topic) is not dict:
             raise _NotPlain
@@ -192,35 +191,60 @@ def _plain_partitions(
         parts = topic.get(parts_key)
         if type(parts) is not list:
             raise _NotPlain
-        for part in parts:
-            if type(part) is not dict:
-                raise _NotPlain
-            yield name, topic_id, part
+        out.append((name, topic_id, parts))
+    return out
 
 
 def _plain_outcomes(shape: _Shape, body: dict[str, Any]) -> list[PartitionOutcome]:
     """The outcomes of a well-formed body, checked like _checked_outcomes checks
     them but without building a field path per entry (millions of requests, almost
-    none malformed). Raises _NotPlain at the first value it does not accept."""
+    none malformed), a partition's checks written out in its loop. Raises
+    _NotPlain at the first value it does not accept."""
     response = body.get("response")
     answered: dict[tuple[str | None, int], int] = {}
     if response is not None:
         if type(response) is not dict:
             raise _NotPlain
-        top_error = _plain_int(response.get("errorCode", 0), INT16)
-        for name, topic_id, part in _plain_partitions(
+        top_error = response.get("errorCode", 0)
+        if type(top_error) is not int or not _INT16_LO <= top_error <= _INT16_HI:
+            raise _NotPlain
+        resp_index = shape.resp_index
+        for name, topic_id, parts in _plain_topics(
             response, shape.resp_topics, shape.resp_parts, required=False
         ):
-            index = _plain_int(part.get(shape.resp_index), INT32)
-            answered[(topic_id or name, index)] = _plain_int(part.get("errorCode", top_error), INT16)
+            ref = topic_id or name
+            for part in parts:
+                if type(part) is not dict:
+                    raise _NotPlain
+                index = part.get(resp_index)
+                error = part.get("errorCode", top_error)
+                if (
+                    type(index) is not int
+                    or not _INT32_LO <= index <= _INT32_HI
+                    or type(error) is not int
+                    or not _INT16_LO <= error <= _INT16_HI
+                ):
+                    raise _NotPlain
+                answered[(ref, index)] = error
     outcomes = []
-    for name, topic_id, part in _plain_partitions(
+    req_index = shape.req_index
+    for name, topic_id, parts in _plain_topics(
         body.get("request"), shape.req_topics, shape.req_parts, required=True
     ):
-        index = _plain_int(part.get(shape.req_index), INT32)
-        epoch = _plain_int(part.get("currentLeaderEpoch", -1), INT32)
-        error = answered.get((topic_id or name, index))
-        outcomes.append(PartitionOutcome(name, topic_id, index, epoch, error))
+        ref = topic_id or name
+        for part in parts:
+            if type(part) is not dict:
+                raise _NotPlain
+            index = part.get(req_index)
+            epoch = part.get("currentLeaderEpoch", -1)
+            if (
+                type(index) is not int
+                or not _INT32_LO <= index <= _INT32_HI
+                or type(epoch) is not int
+                or not _INT32_LO <= epoch <= _INT32_HI
+            ):
+                raise _NotPlain
+            outcomes.append(PartitionOutcome(name, topic_id, index, epoch, answered.get((ref, index))))
     return outcomes
 
 
