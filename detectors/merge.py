@@ -23,7 +23,7 @@ the other nodes' records of those 3 s still unread (measured: a skewed history
 cut into overlapping files lost 660 metadata and remote-log records as out of
 order and raised 3,204 false alarms while a file counted as read to its newest
 record). So memory holds about ``lateness_ms`` plus the clocks' spread of
-records per file, not the files. A single file is read as it is: it keeps
+records per file (at most the clock limit), not the files. A single file is read as it is: it keeps
 every source's order already.
 """
 
@@ -115,8 +115,9 @@ class _Source:
         if len(heads) <= 1:
             return heads[0] if heads else None
         offsets = [_offset(q) for q in heads]
-        if None not in offsets:
-            return heads[offsets.index(min(offsets))]  # type: ignore[type-var]
+        known = [offset for offset in offsets if offset is not None]
+        if len(known) == len(heads):
+            return heads[offsets.index(min(known))]
         return min(heads, key=_head_key)
 
 
@@ -125,9 +126,10 @@ class _File:
 
     CHUNK = 256  # records read at a time: the horizon is recomputed per chunk, not per record
 
-    def __init__(self, items: Iterable[Item], sources: dict[SourceKey, _Source]):
+    def __init__(self, items: Iterable[Item], sources: dict[SourceKey, _Source], behind_limit_ms: int):
         self._items = iter(items)
         self._sources = sources
+        self._behind_limit_ms = behind_limit_ms
         self.queues: dict[SourceKey, _Queue] = {}
         self.newest_ts_ms = -1  # of the records read so far
         self.behind_ms = 0  # the furthest a record came behind the newest before it
@@ -154,7 +156,7 @@ class _File:
                 if ts_ms > self.newest_ts_ms:
                     self.newest_ts_ms = ts_ms
                 elif self.newest_ts_ms - ts_ms > self.behind_ms:
-                    self.behind_ms = self.newest_ts_ms - ts_ms
+                    self.behind_ms = min(self.newest_ts_ms - ts_ms, self._behind_limit_ms)
             else:
                 ts_ms = self.newest_ts_ms
             key = source_of(item)
@@ -173,9 +175,15 @@ class _File:
         return started
 
 
-def merge_sources(streams: Sequence[Iterable[Item]], disorder_ms: int) -> Iterator[Item]:
+def merge_sources(
+    streams: Sequence[Iterable[Item]], disorder_ms: int, behind_limit_ms: int
+) -> Iterator[Item]:
     """Merge per-file streams (see the module docstring). ``disorder_ms``: how
-    far out of ``ts_ms`` order one source may be (the detector's lateness)."""
+    far out of ``ts_ms`` order one source may be (the detector's lateness);
+    ``behind_limit_ms``: the furthest one clock is waited for behind another
+    (the detector's clock limit): a stray record far behind the rest of its
+    file (shipped again an hour later) does not make the merge hold an hour of
+    every other file."""
     if len(streams) == 1:
         # One file already keeps every source's order. Holding records to
         # interleave its sources by time would only cost: the detector's grace
@@ -183,7 +191,7 @@ def merge_sources(streams: Sequence[Iterable[Item]], disorder_ms: int) -> Iterat
         yield from streams[0]
         return
     sources: dict[SourceKey, _Source] = {}
-    files = [_File(s, sources) for s in streams]
+    files = [_File(s, sources, behind_limit_ms) for s in streams]
     # (the source's next record's key, push count, the source's version, source, its queue)
     heads: list[tuple[HeadKey, int, int, _Source, _Queue]] = []
     pushes = 0  # breaks the last tie (identical records) without comparing sources

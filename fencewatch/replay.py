@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
                 read_envelopes(f, name, bar.update, args.max_record_bytes, counts)
                 for (name, _, f), counts in zip(sniffed, line_stats, strict=True)
             ]
-            for item in merge_sources(streams, config.lateness_ms):
+            for item in merge_sources(streams, config.lateness_ms, config.clock_limit_ms):
                 if isinstance(item, DeadLetter):
                     detector.dead_letter(item)
                     report_dead(item)

@@ -53,7 +53,7 @@ def replay(
     detector = Detector(config, now_ms=lambda: 0)
     streams = [read_envelopes(io.BytesIO(b"".join(lines)), f"file{i}") for i, lines in enumerate(files)]
     letters: list[DeadLetter] = []
-    for item in merge_sources(streams, config.lateness_ms):
+    for item in merge_sources(streams, config.lateness_ms, config.clock_limit_ms):
         if isinstance(item, DeadLetter):
             letters.append(item)
         else:
@@ -153,6 +153,30 @@ def test_metadata_cut_where_neighbours_share_a_millisecond_in_reverse_order(seed
     ids, _, letters = replay([metadata[at:], metadata[:at], rest])
     assert letters == []
     assert ids == clean
+
+
+def test_a_stray_record_far_behind_holds_the_merge_back_no_further_than_the_limit():
+    # A file whose records run 3 s behind their newest is waited for by 3 s (above);
+    # one re-shipped an hour late must not make the merge read an hour of it ahead.
+    def records(node: int, stray_at: int | None) -> list[Envelope]:
+        out = []
+        for i in range(20_000):
+            ts_ms = 3_600_000 + i if i != stray_at else 1_000
+            out.append(Envelope("c", node, ts_ms, "request", None, {}, f"n{node}:{i}", i))
+        return out
+
+    read = {1: 0, 2: 0}
+
+    def counted(node: int, items: list[Envelope]):
+        for item in items:
+            read[node] += 1
+            yield item
+
+    merged = merge_sources([counted(1, records(1, 10)), counted(2, records(2, None))], 100, 1_000)
+    most_ahead = 0
+    for emitted, _ in enumerate(merged, start=1):
+        most_ahead = max(most_ahead, read[1] + read[2] - emitted)
+    assert most_ahead < 2_000 + 2 * 256  # the limit and the disorder, a chunk per file
 
 
 # ---- a record read from JSON is known by its bytes --------------------------------------------
