@@ -59,6 +59,16 @@ def _add_verbose(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                 _add_verbose(action)
 
 
+def _command(argv: list[str]) -> str | None:
+    """The command ``argv`` names, if it names a known one before any other
+    word (the options before it take no value); else None: the parser then
+    knows every command, for the help or the error it gives."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(_command(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     if args.verbose:
@@ -84,13 +94,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def _command(argv: list[str]) -> str | None:
-    """The command ``argv`` names, if it names a known one before any other
-    word (the options before it take no value); else None: the parser then
-    knows every command, for the help or the error it gives."""
-    for word in argv:
-        if not word.startswith("-"):
-            return word if word in COMMANDS else None
-    return None
