@@ -65,10 +65,8 @@ class QuorumView:
     def add_claim(
         self, node: int, epoch: int, ts_ms: int, evidence: Evidence, latest_ms: int | None = None
     ) -> None:
-        by_node = self.claims.setdefault(epoch, {})
-        known = by_node.get(node)
-        if known is None or ts_ms < known.ts_ms:
-            by_node[node] = Claim(node, epoch, ts_ms, evidence, latest_ms)
+        if self.claim_is_new(node, epoch, ts_ms):
+            self.claims.setdefault(epoch, {})[node] = Claim(node, epoch, ts_ms, evidence, latest_ms)
 
     def add_vote(self, voter: int, candidate: int, epoch: int, ts_ms: int, evidence: Evidence) -> None:
         by_candidate = self.votes.setdefault((voter, epoch), {})

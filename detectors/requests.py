@@ -195,10 +195,34 @@ def _plain_topics(
     return out
 
 
+def _plain_entries(
+    parts: list[Any], index_key: str, key: str, default: int, bounds: tuple[int, int]
+) -> list[tuple[int, int]]:
+    """(partition index, ``key``'s value or ``default``) of each partition entry
+    of one topic, checked as get_int checks them, in one loop (no call per
+    entry). Raises _NotPlain at the first value it does not accept."""
+    lo, hi = bounds
+    out = []
+    for part in parts:
+        if type(part) is not dict:
+            raise _NotPlain
+        index = part.get(index_key)
+        value = part.get(key, default)
+        if (
+            type(index) is not int
+            or not _INT32_LO <= index <= _INT32_HI
+            or type(value) is not int
+            or not lo <= value <= hi
+        ):
+            raise _NotPlain
+        out.append((index, value))
+    return out
+
+
 def _plain_outcomes(shape: _Shape, body: dict[str, Any]) -> list[PartitionOutcome]:
     """The outcomes of a well-formed body, checked like _checked_outcomes checks
     them but without building a field path per entry (millions of requests, almost
-    none malformed), a partition's checks written out in its loop. Raises
+    none malformed), a topic's partitions checked in one loop. Raises
     _NotPlain at the first value it does not accept."""
     response = body.get("response")
     answered: dict[tuple[str | None, int], int] = {}
@@ -208,42 +232,18 @@ def _plain_outcomes(shape: _Shape, body: dict[str, Any]) -> list[PartitionOutcom
         top_error = response.get("errorCode", 0)
         if type(top_error) is not int or not _INT16_LO <= top_error <= _INT16_HI:
             raise _NotPlain
-        resp_index = shape.resp_index
         for name, topic_id, parts in _plain_topics(
             response, shape.resp_topics, shape.resp_parts, required=False
         ):
             ref = topic_id or name
-            for part in parts:
-                if type(part) is not dict:
-                    raise _NotPlain
-                index = part.get(resp_index)
-                error = part.get("errorCode", top_error)
-                if (
-                    type(index) is not int
-                    or not _INT32_LO <= index <= _INT32_HI
-                    or type(error) is not int
-                    or not _INT16_LO <= error <= _INT16_HI
-                ):
-                    raise _NotPlain
+            for index, error in _plain_entries(parts, shape.resp_index, "errorCode", top_error, INT16):
                 answered[(ref, index)] = error
     outcomes = []
-    req_index = shape.req_index
     for name, topic_id, parts in _plain_topics(
         body.get("request"), shape.req_topics, shape.req_parts, required=True
     ):
         ref = topic_id or name
-        for part in parts:
-            if type(part) is not dict:
-                raise _NotPlain
-            index = part.get(req_index)
-            epoch = part.get("currentLeaderEpoch", -1)
-            if (
-                type(index) is not int
-                or not _INT32_LO <= index <= _INT32_HI
-                or type(epoch) is not int
-                or not _INT32_LO <= epoch <= _INT32_HI
-            ):
-                raise _NotPlain
+        for index, epoch in _plain_entries(parts, shape.req_index, "currentLeaderEpoch", -1, INT32):
             outcomes.append(PartitionOutcome(name, topic_id, index, epoch, answered.get((ref, index))))
     return outcomes
 
