@@ -46,6 +46,7 @@ from detectors.envelope import (
     without_body,
 )
 from detectors.errors import KafkaError
+from detectors.fields import INT16, get_int, get_obj
 from detectors.history import History
 from detectors.progress import Progress, SourceKey, source_key
 from detectors.quorum import KRAFT_VOTERS, LEADER_CHANGE
@@ -57,7 +58,6 @@ from detectors.redelivery import (
     RememberedIds,
     content_identity,
 )
-from detectors.request_facts import DataRequest, data_request
 from detectors.requests import (
     ALTER_PARTITION,
     API_NAMES,
@@ -65,6 +65,8 @@ from detectors.requests import (
     END_QUORUM_EPOCH,
     FETCH,
     LEADER_AND_ISR,
+    LIST_OFFSETS,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     STOP_REPLICA,
     UPDATE_METADATA,
@@ -75,7 +77,9 @@ from detectors.requests import (
     StopReplica,
     alter_partition,
     header,
+    is_quorum_fetch,
     leader_and_isr,
+    partition_outcomes,
     stop_replica,
     update_metadata,
 )
@@ -281,13 +285,9 @@ class Detector:
             )
         return cs
 
-    def ingest(self, env: Envelope, home: bool = True, data: DataRequest | None = None) -> list[DeadLetter]:
+    def ingest(self, env: Envelope, home: bool = True) -> list[DeadLetter]:
         """Take one event. Returns the dead letters it caused: its own if its
         body cannot be used, and those of held records it released.
-
-        ``data``: a data-plane request's facts, decoded where the record was
-        read (detectors.request_facts); ``env`` then carries the body only as
-        :func:`without_body` keeps it.
 
         ``home`` is False for a copy of a record that several buckets receive
         and another bucket counts: the copy updates this bucket's view and is
@@ -337,7 +337,7 @@ class Detector:
         else:
             due = self._first_delivery(cs, env, home, clock)
             if due is not None:
-                self._process(cs, env, letters, home, due, data)
+                self._process(cs, env, letters, home, due)
         watermark = cs.watermark
         # A late record's judgment may be due at once; an applied offset may free held successors.
         if watermark is not None and (
@@ -427,18 +427,12 @@ class Detector:
         return letter
 
     def _process(
-        self,
-        cs: _Cluster,
-        env: Envelope,
-        letters: list[DeadLetter],
-        home: bool,
-        due: int | None = None,
-        data: DataRequest | None = None,
+        self, cs: _Cluster, env: Envelope, letters: list[DeadLetter], home: bool, due: int | None = None
     ) -> None:
         """Apply or schedule one first-delivered record; ``due``: its due time if
-        known (judgments check it again when it comes); ``data`` as in :meth:`ingest`."""
+        known (judgments check it again when it comes)."""
         try:
-            judgments = self._dispatch(cs, env, home, data)
+            judgments = self._dispatch(cs, env, home)
         except BadRecord as exc:
             if not home:
                 return
@@ -569,9 +563,7 @@ class Detector:
 
     # ---- per-kind handling -----------------------------------------------------------
 
-    def _dispatch(
-        self, cs: _Cluster, env: Envelope, home: bool, data: DataRequest | None = None
-    ) -> list[Deferred]:
+    def _dispatch(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
         kind = env.kind
         if kind == "metadata":
             if home:
@@ -597,7 +589,7 @@ class Detector:
                 rules.isr.judge_change(cs, replace(change, env=raw) if raw is not env else change)
             return []
         if kind == "request":
-            return self._request(cs, env, home, data)
+            return self._request(cs, env, home)
         # Quorum and remote log records are never copied to several buckets.
         if kind == "quorum_state":
             self.counters.bump(self.counters.events, "quorum_state")
@@ -624,31 +616,33 @@ class Detector:
             cs.clocks.rebased(clock.step_margin_ms(), max(0, -moved))
         return placed
 
-    def _request(self, cs: _Cluster, env: Envelope, home: bool, data: DataRequest | None) -> list[Deferred]:
-        body = env.body
-        h = header(body) if data is None else data.header
+    def _request(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:
+        h = header(env.body)
         if env.node is not None and cs.measures_clocks:
             cs.clocks.saw(env.node, env.ts_ms)
         if home:
             self.counters.bump(self.counters.events, _REQUEST_EVENT_KEYS.get(h.api_key, "request:unchecked"))
-        if data is None:
-            data = data_request(h, body)
-        if data is not None:
-            outcomes = cs.bucket.owned(data.outcomes)
+        body = env.body
+        owned = cs.bucket.owned
+        if h.api_key == PRODUCE:
+            acks = get_int(get_obj(body, "request", "body"), "acks", "body.request", bounds=INT16)
+            outcomes = owned(partition_outcomes(PRODUCE, body))
             _note_known_epochs(cs, env, outcomes)
-            if h.api_key == PRODUCE:
-                return [(rules.produce.judge, (h, data.acks, outcomes))]
+            return [(rules.produce.judge, (h, acks, outcomes))]
+        if h.api_key == FETCH and is_quorum_fetch(body):
+            return rules.quorum.ingest_request(cs, env, h)
+        if h.api_key in (FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH):
+            outcomes = owned(partition_outcomes(h.api_key, body))
+            _note_known_epochs(cs, env, outcomes)
             judged = rules.fetch.judged(list(outcomes))
             return [(rules.fetch.judge, (h, judged))] if judged else []
-        if h.api_key == FETCH:  # a quorum fetch: data_request takes every other
-            return rules.quorum.ingest_request(cs, env, h)
         if h.api_key == STOP_REPLICA:
             request = stop_replica(h.api_version, body)
             if request.error == 0:
                 # Every bucket receives StopReplica: the epoch is the broker's, for all its partitions.
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
             if cs.bucket.count > 1:
-                request = replace(request, partitions=tuple(cs.bucket.owned(request.partitions)))
+                request = replace(request, partitions=tuple(owned(request.partitions)))
             _note_stop_replica(cs, env, request)
             return [(rules.stop_replica.judge, (h, request, home))]
         if h.api_key == LEADER_AND_ISR:

@@ -195,11 +195,7 @@ def start(
         source_options["idleTriggerMs"] = str(options.idle_flush_ms)
     buckets = resolve_buckets(spark, options.checkpoint, options.buckets)
     events = read_events(
-        spark,
-        source_options,
-        use_builtin_kafka=options.use_builtin_kafka,
-        route_buckets=buckets,
-        decode_requests=True,
+        spark, source_options, use_builtin_kafka=options.use_builtin_kafka, route_buckets=buckets
     )
     detected = detect(events, options.detector, options.checkpoint, options.idle_flush_ms, buckets)
     sinks = Sinks(

@@ -127,7 +127,6 @@ class SourceOptions:
     read_timeout_seconds: float
     idle_trigger_ms: int | None = None  # None: never plan an empty batch
     route_buckets: int | None = None  # None: leave routing to Spark SQL
-    decode_requests: bool = False  # routed records: hand data-plane requests on decoded
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -153,16 +152,7 @@ class SourceOptions:
             read_timeout_seconds=(_positive_int(lowered, "readtimeoutms") or 120_000) / 1000,
             idle_trigger_ms=_positive_int(lowered, "idletriggerms"),
             route_buckets=_positive_int(lowered, "routebuckets"),
-            decode_requests=_flag(lowered, "decodeRequests"),
         )
-
-
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    """The boolean option ``name`` of lowered ``options`` (default false)."""
-    raw = options.get(name.lower(), "false").lower()
-    if raw not in ("true", "false"):
-        raise ValueError(f"option {name!r} must be true or false, not {raw!r}")
-    return raw == "true"
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
@@ -517,7 +507,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         try:
             consumer.assign([TopicPartition(partition.topic, partition.partition, partition.start)])
-            rows = _Rows(partition, self._opts.route_buckets, self._opts.decode_requests)
+            rows = _Rows(partition, self._opts.route_buckets)
             yield from _read_range(consumer, rows, self._opts.read_timeout_seconds)
         finally:
             consumer.close()
@@ -534,21 +524,17 @@ _ARROW_SCHEMA = pa.schema(
         ("lost_offsets", pa.int64()),
         ("route_cluster", pa.string()),
         ("route_buckets", pa.list_(pa.int32())),
-        ("route_request", pa.binary()),
     ]
 )
 
 
 class _Rows:
     """The rows of one offset range read so far, as Arrow columns; each record
-    routed to ``route_buckets`` buckets if given (streaming/routing.py), and
-    with ``decode_requests`` a data-plane request handed on decoded instead of
-    as its value (routing.route_record)."""
+    routed to ``route_buckets`` buckets if given (streaming/routing.py)."""
 
-    def __init__(self, rng: OffsetRange, route_buckets: int | None = None, decode_requests: bool = False):
+    def __init__(self, rng: OffsetRange, route_buckets: int | None = None):
         self.rng = rng
         self.route_buckets = route_buckets
-        self.decode_requests = decode_requests
         self._clear()
 
     def _clear(self) -> None:
@@ -559,7 +545,6 @@ class _Rows:
         self.lost: list[int | None] = []
         self.clusters: list[str | None] = []
         self.buckets: list[list[int] | None] = []
-        self.requests: list[bytes | None] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -569,21 +554,17 @@ class _Rows:
         key = None if raw_key is None else raw_key.decode("utf-8", "replace")
         ts_type, ts_ms = msg.timestamp()
         self.keys.append(key)
+        self.values.append(value)
         self.offsets.append(offset)
         self.timestamps.append(None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts_ms)
         self.lost.append(None)
         if self.route_buckets is None:
-            self.values.append(value)
             self.clusters.append(None)
             self.buckets.append(None)
-            self.requests.append(None)
         else:
-            cluster, buckets, request = route_record(key, value, self.route_buckets, self.decode_requests)
-            # A decoded request's value is not shuffled: nothing reads it again.
-            self.values.append(value if request is None else None)
+            cluster, buckets = route_record(key, value, self.route_buckets)
             self.clusters.append(cluster)
             self.buckets.append(buckets)
-            self.requests.append(request)
 
     def loss(self, first: int, end: int) -> None:
         """Offsets ``[first, end)`` vanished before they were read."""
@@ -594,7 +575,6 @@ class _Rows:
         self.lost.append(end - first)
         self.clusters.append(None)
         self.buckets.append(None)
-        self.requests.append(None)
 
     def take(self) -> pa.RecordBatch:
         n = len(self.offsets)
@@ -609,7 +589,6 @@ class _Rows:
                 pa.array(self.lost, pa.int64()),
                 pa.array(self.clusters, pa.string()),
                 pa.array(self.buckets, pa.list_(pa.int32())),
-                pa.array(self.requests, pa.binary()),
             ],
             schema=_ARROW_SCHEMA,
         )
@@ -723,9 +702,7 @@ class KafkaDataSource(DataSource):
     (default 10000) and ``readTimeoutMs`` (default 120000); ``idleTriggerMs``
     (plan an empty micro-batch after this long without records, and once more
     after as long again; default never); ``routeBuckets`` (route each record to
-    this many buckets of its cluster as it is read; default: not routed);
-    ``decodeRequests`` (``true``: with ``routeBuckets``, hand each data-plane
-    request on decoded, in ``route_request``, with a null value; default false).
+    this many buckets of its cluster as it is read; default: not routed).
 
     Rows have ``SOURCE_SCHEMA``: the event columns plus ``lost_offsets``, set
     only on loss rows (see the module docstring), which ``read_events`` drops,
@@ -753,16 +730,13 @@ def read_events(
     options: Mapping[str, str],
     use_builtin_kafka: bool = False,
     route_buckets: int | None = None,
-    decode_requests: bool = False,
 ) -> DataFrame:
     """A streaming DataFrame of ``EVENT_SCHEMA`` rows from one Kafka topic.
 
     ``options`` are this module's source options. With ``route_buckets``, our
     source also routes each record to that many buckets as it reads it: its
     rows carry ``routing.SOURCE_ROUTE_COLUMNS`` too, which ``routing.route``
-    then uses (Spark's connector cannot; its rows are routed in Spark SQL), and
-    with ``decode_requests`` each data-plane request reaches the operator
-    decoded (routing.route_record). Offsets that vanished before
+    then uses (Spark's connector cannot; its rows are routed in Spark SQL). Offsets that vanished before
     they were read are reported per micro-batch as the observed metric
     ``LOST_OFFSETS_METRIC`` (a query's progress carries it to its listeners).
     ``use_builtin_kafka`` reads with Spark's Kafka connector instead
@@ -774,17 +748,13 @@ def read_events(
     from pyspark.sql import functions as F
 
     if route_buckets is not None and not use_builtin_kafka:
-        options = {
-            **options,
-            "routeBuckets": str(route_buckets),
-            "decodeRequests": str(decode_requests).lower(),
-        }
+        options = {**options, "routeBuckets": str(route_buckets)}
     opts = SourceOptions.parse(options)  # fail here, not inside a Python worker
     if not use_builtin_kafka:
         register(spark)
         rows = spark.readStream.format(SOURCE_NAME).options(**options).load()
         if opts.route_buckets is None:
-            rows = rows.drop("route_cluster", "route_buckets", "route_request")
+            rows = rows.drop("route_cluster", "route_buckets")
         lost = F.col("lost_offsets")
         # Observed metrics are gathered as the batch runs and reach the driver
         # with the query's progress: the executors that meet a gap have no
@@ -806,7 +776,7 @@ def read_events(
         "maxeventspertrigger": "maxOffsetsPerTrigger",
         "maxeventspersplit": "maxRecordsPerPartition",
     }
-    ours_only = {"probetimeoutms", "readtimeoutms", "idletriggerms", "routebuckets", "decoderequests"}
+    ours_only = {"probetimeoutms", "readtimeoutms", "idletriggerms", "routebuckets"}
     builtin = {renamed.get(k.lower(), k): v for k, v in options.items() if k.lower() not in ours_only}
     try:
         raw = spark.readStream.format("kafka").options(**builtin).load()

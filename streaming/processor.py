@@ -29,7 +29,6 @@ from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, parse_envelope
 from detectors.gc_tuning import collector_paused, tune_for_detector
-from detectors.request_facts import DataRequest, unpack
 from streaming import snapshot_format
 from streaming.pending_store import PENDING_KEY_SCHEMA, PENDING_VALUE_SCHEMA, PendingStore
 from streaming.routing import decode_key
@@ -173,23 +172,16 @@ class DetectorProcessor(StatefulProcessor):
         out: list[dict[str, Any]] = []
         batch = pd.concat(list(rows), ignore_index=True).sort_values(["partition", "offset"], kind="stable")
         # Plain lists: iterating numpy scalars costs several times more per row.
-        for topic, partition, offset, value, request, home in zip(
+        for topic, partition, offset, value, home in zip(
             batch["topic"].tolist(),
             batch["partition"].tolist(),
             batch["offset"].tolist(),
             batch["value"].tolist(),
-            batch["request"].tolist(),
             batch["home"].tolist(),
             strict=True,
         ):
             position = f"{topic}/{partition}@{offset}"
-            data: DataRequest | None = None
-            item: Envelope | DeadLetter
-            if request is not None:
-                # Decoded and checked at the source, for this cluster (routing.route_record).
-                item, data = unpack(request, position, offset)
-            else:
-                item = parse_envelope(value, position, offset)
+            item = parse_envelope(value, position, offset)
             if isinstance(item, Envelope) and item.cluster != cluster:
                 item = DeadLetter(
                     position,
@@ -203,7 +195,7 @@ class DetectorProcessor(StatefulProcessor):
                     detector.dead_letter(item)
                     out.append(dead_letter_row(cluster, item, partition, offset))
                 continue
-            for letter in detector.ingest(item, home, data):
+            for letter in detector.ingest(item, home):
                 if letter.position == position:
                     out.append(
                         dead_letter_row(

@@ -9,8 +9,7 @@ Two ways to the same answer (tests/unit/test_routing.py holds both to
   orjson and names its cluster and buckets (the ``route_cluster`` and
   ``route_buckets`` columns). Spark's ``from_json`` took half the JVM's task
   time for the same work (a JFR profile, docs/performance.md, "Routed at the
-  source"), and a keyed record with one bucket needs no decoding at all
-  unless the job asks for its data-plane requests decoded (``decode``).
+  source"), and a keyed record with one bucket needs no decoding at all.
 - *Routed in Spark SQL*, for sources without those columns (the file
   backfill, Spark's Kafka connector): :func:`buckets_of` written as Spark SQL
   over the raw Kafka columns, described below.
@@ -59,7 +58,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructField, StructType
 
 from detectors.buckets import FANNED_OUT_APIS, PARTITION_PATHS, PARTITION_RECORDS, document_buckets
-from detectors.request_facts import pack_record
 from detectors.requests import FETCH, METADATA_TOPIC, METADATA_TOPIC_ID
 
 if TYPE_CHECKING:
@@ -70,12 +68,10 @@ if TYPE_CHECKING:
 # does contain it still decodes when the key has a bucket.
 SEPARATOR = "\x1f"
 
-# ``request``: a data-plane request's facts as the source decoded them
-# (detectors.request_facts), its ``value`` then null; null for every other record.
-OUTPUT_COLUMNS = ("key", "home", "value", "request", "topic", "partition", "offset")
+OUTPUT_COLUMNS = ("key", "home", "value", "topic", "partition", "offset")
 # What a source that routes its own records adds to the event columns
 # (streaming/kafka_source.py): route_record's answer.
-SOURCE_ROUTE_COLUMNS = "route_cluster string, route_buckets array<int>, route_request binary"
+SOURCE_ROUTE_COLUMNS = "route_cluster string, route_buckets array<int>"
 
 
 def encode_key(cluster: str, bucket: int, buckets: int) -> str:
@@ -95,24 +91,18 @@ def decode_key(key: str, buckets: int | None = None) -> tuple[str, int]:
     return key, 0
 
 
-def route_record(
-    key: str | None, value: bytes | None, buckets: int, decode: bool = False
-) -> tuple[str, list[int], bytes | None]:
-    """(cluster, buckets ascending, request) of one Kafka record, as :func:`route`
-    finds them: the record key names the cluster, a keyless record the
-    envelope's (``""`` if neither; the processor dead-letters it). With
-    ``decode``, ``request`` is a data-plane request's packed facts
-    (detectors.request_facts.pack_record), decoded here once for the operator;
-    else, and for every other record, None."""
-    if key is not None and buckets == 1 and not decode:
-        return key, [0], None
+def route_record(key: str | None, value: bytes | None, buckets: int) -> tuple[str, list[int]]:
+    """(cluster, buckets ascending) of one Kafka record, as :func:`route` finds
+    them: the record key names the cluster, a keyless record the envelope's
+    (``""`` if neither; the processor dead-letters it)."""
+    if key is not None and buckets == 1:
+        return key, [0]
     try:
         document = orjson.loads(value) if value is not None else None
     except orjson.JSONDecodeError:
         document = None  # not JSON: its home, bucket 0, dead-letters it
     cluster = key if key is not None else _envelope_cluster(document)
-    request = pack_record(document, value, cluster) if decode and value is not None else None
-    return cluster, list(document_buckets(document, buckets)), request
+    return cluster, list(document_buckets(document, buckets))
 
 
 def _envelope_cluster(document: Any) -> str:
@@ -133,8 +123,7 @@ def route(events: DataFrame, buckets: int) -> DataFrame:
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     if "route_buckets" in events.columns:
-        routed = events.withColumnsRenamed({"route_cluster": "cluster", "route_request": "request"})
-        return _spread(routed, F.col("route_buckets"), buckets)
+        return _spread(events.withColumnRenamed("route_cluster", "cluster"), F.col("route_buckets"), buckets)
     # Parsed once, in a projection of its own: Spark does not merge it into the
     # next one, which names it many times (CollapseProject keeps expensive
     # expressions from being duplicated).
@@ -144,7 +133,6 @@ def route(events: DataFrame, buckets: int) -> DataFrame:
         "topic",
         "partition",
         "offset",
-        F.lit(None).cast("binary").alias("request"),  # decoded in the operator
         F.from_json(F.col("value").cast("string"), _envelope_schema(buckets)).alias("envelope"),
     )
     envelope = F.col("envelope")

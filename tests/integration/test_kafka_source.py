@@ -20,7 +20,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from detectors.buckets import buckets_of
 from detectors.envelope import Envelope, parse_envelope
-from detectors.request_facts import unpack
 from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker
 from streaming.kafka_source import (
@@ -35,7 +34,6 @@ from streaming.kafka_source import (
     read_events,
     split_ranges,
 )
-from streaming.routing import route_record
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -183,15 +181,12 @@ def test_schema_is_the_event_schema(spark: SparkSession, broker: EmbeddedBroker)
     assert df.schema == StructType.fromDDL(EVENT_SCHEMA)
 
 
-@pytest.mark.parametrize("decode", [False, True], ids=["routed", "routed-and-decoded"])
 def test_route_buckets_routes_each_record_as_it_is_read(
-    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str], decode: bool
+    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str]
 ) -> None:
     """With routeBuckets, every record carries its cluster (the key, else the
     envelope's) and the buckets buckets_of gives its envelope; a record that is
-    no envelope goes to bucket 0 alone. With decodeRequests too, a data-plane
-    request of the envelope's own cluster comes decoded, without its value;
-    every other record keeps its value."""
+    no envelope goes to bucket 0 alone."""
     from pyspark.sql.types import StructType
 
     topic = make_topic(2)
@@ -203,51 +198,22 @@ def test_route_buckets_routes_each_record_as_it_is_read(
         producer.produce(topic, key=None if i % 5 == 0 else f"key-{i % 3}", value=value, partition=i % 2)
     assert producer.flush(30) == 0
 
-    df = read_events(spark, _options(broker, topic), route_buckets=7, decode_requests=decode)
-    assert df.schema == StructType.fromDDL(
-        f"{EVENT_SCHEMA}, route_cluster string, route_buckets array<int>, route_request binary"
-    )
+    df = read_events(spark, _options(broker, topic), route_buckets=7)
+    assert df.schema == StructType.fromDDL(f"{EVENT_SCHEMA}, route_cluster string, route_buckets array<int>")
     name, query = _memory_query(df, available_now=True)
     assert query.awaitTermination(WAIT_SECONDS), "availableNow query did not finish"
-    rows = spark.sql(
-        f"SELECT key, value, partition, offset, route_cluster, route_buckets, route_request FROM {name}"
-    )
-    fanned_out = decoded = 0
-    read = []
-    for row in rows.collect():
-        value = values[2 * row.offset + row.partition]  # produced in turn to the two partitions
-        if row.route_request is None:
-            assert bytes(row.value) == value
-        else:
-            assert row.value is None and row.key is None  # the keyed ones name another cluster
-            env, data = unpack(bytes(row.route_request), "p", row.offset)
-            assert (env.cluster, env.ts_ms, data.header.api_key) == (
-                (e := orjson.loads(value))["cluster"],
-                e["ts_ms"],
-                e["body"]["requestHeader"]["requestApiKey"],
-            )
-            decoded += 1
-        read.append(value)
-        env = parse_envelope(value)
+    rows = spark.sql(f"SELECT key, value, route_cluster, route_buckets FROM {name}").collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(values)
+    fanned_out = 0
+    for row in rows:
+        env = parse_envelope(bytes(row.value))
         if isinstance(env, Envelope):
             assert row.route_cluster == (row.key if row.key is not None else env.cluster)
             assert tuple(row.route_buckets) == buckets_of(env, 7)
             fanned_out += len(row.route_buckets) == 7
         else:
             assert (row.route_cluster, row.route_buckets) == (row.key or "", [0])
-    assert sorted(read) == sorted(values)
     assert fanned_out, "no record went to every bucket"
-    keyless_requests = sum(route_record(None, v, 7, decode=True)[2] is not None for v in values[::5])
-    assert keyless_requests, "the history's keyless records hold no data-plane request"
-    assert decoded == (keyless_requests if decode else 0)
-
-
-def test_decode_requests_is_true_or_false() -> None:
-    options = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "events"}
-    assert not SourceOptions.parse(options).decode_requests
-    assert SourceOptions.parse({**options, "decodeRequests": "TRUE"}).decode_requests
-    with pytest.raises(ValueError, match="'decodeRequests' must be true or false, not 'yes'"):
-        SourceOptions.parse({**options, "decodeRequests": "yes"})
 
 
 def test_available_now_reads_every_record_once(
