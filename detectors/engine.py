@@ -643,6 +643,10 @@ class Detector:
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
             if cs.bucket.count > 1:
                 request = replace(request, partitions=tuple(owned(request.partitions)))
+                if not home and not request.partitions:
+                    # A copy sent for the controller epoch alone: no partition of it is this
+                    # bucket's, and the epoch is judged at home, so there is nothing to judge.
+                    return []
             _note_stop_replica(cs, env, request)
             return [(rules.stop_replica.judge, (h, request, home))]
         if h.api_key == LEADER_AND_ISR:

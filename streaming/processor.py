@@ -53,6 +53,14 @@ Timers = tuple[int, ...] | None
 # detector, pending store, timers).
 _LIVE: dict[tuple[str, str], tuple[int, Detector, PendingStore, Timers]] = {}
 
+# Records this task handed to one of its buckets as a copy (not home): the
+# cluster-wide records every bucket receives (detectors.buckets) come once per
+# bucket, and a task holds many buckets, which it handles one after another.
+# Parsed once per task instead: position -> (value, envelope). Envelopes are
+# immutable, and replay's split (detectors.split) hands one envelope to many
+# buckets' detectors the same way.
+_COPIES: dict[str, tuple[bytes, Envelope]] = {}
+
 
 class DetectorProcessor(StatefulProcessor):
     def __init__(self, config: DetectorConfig, scope: str, idle_flush_ms: int, buckets: int):
@@ -67,6 +75,7 @@ class DetectorProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         tune_for_detector()  # this Python worker holds detectors from now on
+        _COPIES.clear()  # a new task: the previous one's copies are not coming again
         self.handle = handle
         self.snapshot = handle.getValueState("detector", DETECTOR_SCHEMA)
         self.partition_groups = handle.getMapState("partition_groups", GROUP_KEY_SCHEMA, GROUP_VALUE_SCHEMA)
@@ -181,7 +190,13 @@ class DetectorProcessor(StatefulProcessor):
             strict=True,
         ):
             position = f"{topic}/{partition}@{offset}"
-            item = parse_envelope(value, position, offset)
+            copy = _COPIES.get(position)
+            if copy is not None and copy[0] == value:
+                item: Envelope | DeadLetter = copy[1]
+            else:
+                item = parse_envelope(value, position, offset)
+                if not home and isinstance(item, Envelope):
+                    _COPIES[position] = (value, item)
             if isinstance(item, Envelope) and item.cluster != cluster:
                 item = DeadLetter(
                     position,

@@ -18,7 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from detectors.alerts import Alert
+from detectors.buckets import Bucket
 from detectors.cluster import Counters
+from detectors.engine import Detector
 from detectors.envelope import Envelope, envelope_from_obj
 from detectors.split import Split
 from producers import shapes as s
@@ -167,3 +169,18 @@ def test_controller_epochs_fence_stop_replica_alike_in_every_split():
         alerts, split = split_run(history, count)
         assert comparable(alerts) == comparable(whole.alerts)
         same_counts(whole.counters, split.snapshot("c1"))
+
+
+def test_a_stop_replica_copy_queues_a_judgment_only_where_there_is_one_to_make():
+    """Every bucket receives a StopReplica for its controller epoch, but only
+    its home (which judges the epoch) and the buckets of its partitions have
+    anything of it to judge: the other copies queue nothing (with 64 buckets
+    and one partition, 62 of the 64 would otherwise wait out the grace window
+    and be stored with each bucket's pending judgments)."""
+    stop = envelope_from_obj(s.envelope("c1", "request", 6000, s.stop_replica("orders", 5, 0, 0), node=3))
+    pending = {}
+    for index in (0, 5, 6):
+        detector = Detector(CONFIG, bucket=Bucket(index, 64), now_ms=lambda: 0)
+        detector.ingest(stop, home=index == 0)
+        pending[index] = detector.pending_count()
+    assert pending == {0: 1, 5: 1, 6: 0}
