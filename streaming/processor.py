@@ -75,7 +75,7 @@ class DetectorProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         tune_for_detector()  # this Python worker holds detectors from now on
-        _COPIES.clear()  # a new task: the previous one's copies are not coming again
+        _COPIES.clear()  # a new task: only its own copies are kept, so memory stays bounded
         self.handle = handle
         self.snapshot = handle.getValueState("detector", DETECTOR_SCHEMA)
         self.partition_groups = handle.getMapState("partition_groups", GROUP_KEY_SCHEMA, GROUP_VALUE_SCHEMA)
