@@ -56,10 +56,11 @@ _LIVE: dict[tuple[str, str], tuple[int, Detector, PendingStore, Timers]] = {}
 # Records this task handed to one of its buckets as a copy (not home): the
 # cluster-wide records every bucket receives (detectors.buckets) come once per
 # bucket, and a task holds many buckets, which it handles one after another.
-# Parsed once per task instead: position -> (value, envelope). Envelopes are
-# immutable, and replay's split (detectors.split) hands one envelope to many
-# buckets' detectors the same way.
-_COPIES: dict[str, tuple[bytes, Envelope]] = {}
+# Parsed once per task instead: position -> envelope. A position is one record
+# within a task (a micro-batch reads each offset once, and each file line has
+# its own). Envelopes are immutable, and replay's split (detectors.split)
+# hands one envelope to many buckets' detectors the same way.
+_COPIES: dict[str, Envelope] = {}
 
 
 class DetectorProcessor(StatefulProcessor):
@@ -190,13 +191,11 @@ class DetectorProcessor(StatefulProcessor):
             strict=True,
         ):
             position = f"{topic}/{partition}@{offset}"
-            copy = _COPIES.get(position)
-            if copy is not None and copy[0] == value:
-                item: Envelope | DeadLetter = copy[1]
-            else:
+            item: Envelope | DeadLetter | None = _COPIES.get(position)
+            if item is None:
                 item = parse_envelope(value, position, offset)
                 if not home and isinstance(item, Envelope):
-                    _COPIES[position] = (value, item)
+                    _COPIES[position] = item
             if isinstance(item, Envelope) and item.cluster != cluster:
                 item = DeadLetter(
                     position,
