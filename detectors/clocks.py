@@ -592,12 +592,35 @@ class MetadataClock:
     new clock is ahead). The shift
     that makes the log continuous is off by at most the true gap there. A small
     step forward cannot be told from a pause and is left alone: it only lowers
-    every node's offset, which the upper bounds follow at once. So the
-    continuous time may drift ahead of every controller's by the small backward
-    steps it took out; offsets are measured against it all the same, and
-    reports say so."""
+    every node's offset, which the upper bounds follow at once.
 
-    __slots__ = ("back", "gaps", "last_noop_ms", "last_raw_ms", "noop_gaps", "shift_ms", "steps", "writer")
+    Left alone, those would add up: a hand-over onto a slower clock moves the
+    time ahead by the step and the longest recent gap, the hand-over back is a
+    small step forward and is left, and a log handed back and forth between
+    two controllers drifts ahead by both at every round. So the shift each
+    named controller wrote with is kept, and a controller that takes the log
+    back resumes its own: its clock has not moved for being out of office.
+    Only where that would place its first record before its predecessor (the
+    shift it left with was a guess ahead of the true gap, or its clock
+    stepped back since) is the time moved forward, and only as far as the
+    predecessor; a resumed clock that leaves a silence a step forward would
+    (ticking NoOps) is taken for one. The time then runs ahead of the first
+    controller's by at most what the first hand-over onto each controller
+    guessed, however often the log changes hands; offsets are measured against
+    it all the same, and reports say so."""
+
+    __slots__ = (
+        "back",
+        "gaps",
+        "last_noop_ms",
+        "last_raw_ms",
+        "noop_gaps",
+        "resume",
+        "shift_ms",
+        "shifts",
+        "steps",
+        "writer",
+    )
 
     def __init__(self) -> None:
         self.shift_ms = 0
@@ -611,6 +634,10 @@ class MetadataClock:
         self.back: tuple[int, int] | None = None
         # The newest LeaderChange record's (epoch, leader): whose clock stamps the log.
         self.writer: tuple[int, int] | None = None
+        # The shift each named controller's clock was last placed with, and the
+        # one to resume at the next record (a hand-over back to such a controller).
+        self.shifts: dict[int, int] = {}
+        self.resume: int | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (
@@ -622,6 +649,8 @@ class MetadataClock:
             list(self.noop_gaps),
             self.back,
             self.writer,
+            self.shifts,
+            self.resume,
         )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
@@ -631,7 +660,10 @@ class MetadataClock:
         self.last_noop_ms = state[4]
         self.noop_gaps = deque(state[5], maxlen=3)
         self.back = state[6]
-        self.writer = state[7] if len(state) > 7 else None  # state saved before it existed
+        # State saved before writers, and then their shifts, were kept.
+        self.writer = state[7] if len(state) > 7 else None
+        self.shifts = state[8] if len(state) > 8 else {}
+        self.resume = state[9] if len(state) > 9 else None
 
     def ticking(self) -> bool:
         """The log's NoOps have come at a steady beat lately: a long silence is
@@ -644,12 +676,28 @@ class MetadataClock:
         leads ``epoch``. Whether the log's clock may have changed hands: a new
         epoch led by another controller, or by one not named. The new leader
         writes this record first thing in its epoch, by its own clock
-        (KafkaRaftClient.onBecomeLeader, LeaderState.appendStartOfEpochControlRecords)."""
+        (KafkaRaftClient.onBecomeLeader, LeaderState.appendStartOfEpochControlRecords),
+        so it is told before the record is placed: a controller that wrote the
+        log before resumes its shift there (``place``)."""
         last = self.writer
         if last is not None and epoch <= last[0]:
             return False
         self.writer = (epoch, leader)
-        return last is not None and (leader < 0 or leader != last[1])
+        if last is None or (leader >= 0 and leader == last[1]):
+            return False
+        if last[1] >= 0:
+            self.shifts[last[1]] = self.shift_ms
+        self.resume = self.shifts.get(leader) if leader >= 0 else None
+        return True
+
+    def shift_of(self, node: int | None) -> int | None:
+        """The shift the log's time had while ``node`` stamped the log (its
+        newest term), which places ``node``'s own times exactly while its clock
+        holds; None for a node no LeaderChange named as the log's writer."""
+        writer = self.writer
+        if writer is not None and writer[1] == node:
+            return self.shift_ms
+        return None if node is None else self.shifts.get(node)
 
     def step_margin_ms(self) -> int:
         """How far off the newest step's placement may be: the true gap there is
@@ -666,6 +714,11 @@ class MetadataClock:
                 self.noop_gaps.append(ts_ms - self.last_noop_ms)
             self.last_noop_ms = ts_ms
         last = self.last_raw_ms
+        resume = self.resume
+        if resume is not None:
+            self.resume = None
+            if last is not None:  # always: the controller it resumes from placed records
+                return self._resume(ts_ms, offset, last + self.shift_ms, resume, ticking)
         # After a step the record is placed the longest recent gap after its
         # predecessor: the true gap was shorter, so the continuous time runs a
         # little ahead of the old clock's, and every node's offset measured before
@@ -696,3 +749,23 @@ class MetadataClock:
                 self.gaps.append(gap)
         self.last_raw_ms = ts_ms
         return ts_ms + self.shift_ms
+
+    def _resume(self, ts_ms: int, offset: int | None, before_ms: int, resume: int, ticking: bool) -> int:
+        """The first record of a controller back in office, placed with the shift
+        it left with, ``resume``, after its predecessor placed at ``before_ms``."""
+        self.back = None
+        placed = ts_ms + resume
+        longest = max(self.gaps, default=0)
+        if placed < before_ms:
+            # The shift it left with was a guess ahead of the true gap there, or
+            # its clock stepped back since: no further than the predecessor, or
+            # the guesses would add up at every hand-over.
+            placed = before_ms
+        elif ticking and placed - before_ms > max(GAP_MS, 4 * longest):
+            placed = before_ms + longest  # its clock stepped forward meanwhile
+        moved = self.shift_ms - (placed - ts_ms)
+        if abs(moved) > GAP_MS:
+            self.steps.append((offset, moved))
+        self.shift_ms = placed - ts_ms
+        self.last_raw_ms = ts_ms
+        return placed

@@ -148,7 +148,6 @@ class _Cluster(ClusterState):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.progress = Progress()
         self.watermark: float | None = None  # see Detector._refresh_watermark
-        self.metadata_clock = MetadataClock()
         self.pending: list[tuple[int, int, int, Judgment]] = []
         # Set while the pending judgments are kept apart from pickles of this state.
         self.journal: _Journal | None = None
@@ -313,8 +312,11 @@ class Detector:
         else:
             # Every clock taken to agree: progress is the newest time of any source.
             advanced = cs.progress.observe_newest(env.ts_ms)
-        if home and before is not None and ts_ms < before:
-            # Arrived after the watermark passed it (judged all the same while its window is open).
+        if home and before is not None and ts_ms < before and not self._uncertain(clock):
+            # Arrived after the watermark passed it (judged all the same while its
+            # window is open). A clock known only as loosely as a take-over leaves
+            # it places the request nowhere, so whether it is late cannot be told:
+            # it is judged when due, by the interval known then.
             self.counters.late += 1
         if advanced or before is None:
             self._refresh_watermark(cs, source)
@@ -356,6 +358,10 @@ class Detector:
             moved, cs.corrected, config.idle_ms, max(config.idle_ms, config.clock_limit_ms), cs.held
         )
         cs.watermark = None if progress is None else progress - self.config.lateness_ms
+
+    def _uncertain(self, clock: ClockInterval | None) -> bool:
+        """A request's clock interval too wide to place it (``--clock-limit-ms``)."""
+        return clock is not None and clock.measured and clock.width_ms > self.config.clock_limit_ms
 
     def due_ms(self, cs: ClusterState, env: Envelope, clock: ClockInterval | None = None) -> int:
         """When, in the metadata log's clock, every event that can change the
@@ -604,9 +610,11 @@ class Detector:
         clock = cs.metadata_clock
         shift = clock.shift_ms
         body = env.body
+        # Told first: a controller back in office resumes its shift (MetadataClock.took_over).
+        took_over = body.get("type") == LEADER_CHANGE and _took_over(clock, body)
         placed = clock.place(env.ts_ms, env.offset, body.get("type") == "NO_OP_RECORD")
         moved = clock.shift_ms - shift
-        if body.get("type") == LEADER_CHANGE and _took_over(clock, body):
+        if took_over:
             # The new controller's clock may be off the old one's by anything the
             # election's silence hid (ClockBook.taken_over).
             cs.clocks.taken_over(clock.step_margin_ms())

@@ -54,6 +54,10 @@ class QuorumView:
     # (epoch, evidence) of the highest-epoch LeaderChange of the metadata log so far,
     # in offset order. Last, so that a state pickled before it restores (fast_pickle).
     log_epoch: tuple[int, Evidence] | None = None
+    # (epoch, leader) -> the claim of its LeaderChange record, kept beside the
+    # leader's earliest claim: the log stamped it, so it is placed exactly, where
+    # an earlier claim logged by a node whose clock is not measured cannot be.
+    stamped: dict[tuple[int, int], Claim] = field(default_factory=dict)
 
     def claim_is_new(self, node: int, epoch: int, ts_ms: int) -> bool:
         """Whether :meth:`add_claim` would keep a claim at ``ts_ms``: only each
@@ -65,8 +69,20 @@ class QuorumView:
     def add_claim(
         self, node: int, epoch: int, ts_ms: int, evidence: Evidence, latest_ms: int | None = None
     ) -> None:
+        """``latest_ms`` None: a claim the metadata log stamped (a LeaderChange record)."""
+        claim = Claim(node, epoch, ts_ms, evidence, latest_ms)
+        if latest_ms is None:
+            self.stamped.setdefault((epoch, node), claim)
         if self.claim_is_new(node, epoch, ts_ms):
-            self.claims.setdefault(epoch, {})[node] = Claim(node, epoch, ts_ms, evidence, latest_ms)
+            self.claims.setdefault(epoch, {})[node] = claim
+
+    def claims_of(self, epoch: int, node: int) -> list[Claim]:
+        """The kept claims of ``node`` leading ``epoch``: its earliest and its stamped one."""
+        first = self.claims.get(epoch, {}).get(node)
+        stamped = self.stamped.get((epoch, node))
+        if stamped is None or stamped is first:
+            return [] if first is None else [first]
+        return [stamped] if first is None else [first, stamped]
 
     def add_vote(self, voter: int, candidate: int, epoch: int, ts_ms: int, evidence: Evidence) -> None:
         by_candidate = self.votes.setdefault((voter, epoch), {})

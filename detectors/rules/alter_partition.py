@@ -104,8 +104,16 @@ def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: Alter
     if header.api_version < 2 and entry.error in V2_ONLY_ERRORS:
         wrong = f"{KafkaError(entry.error).name} to AlterPartition v{header.api_version}"
     elif header.api_version >= 2 and entry.error == KafkaError.OPERATION_NOT_ATTEMPTED:
+        # The controller's own answer, judged at its own time placed in the
+        # metadata log's: ineligible throughout.
+        acted = cs.controller_acted_between(env)
+        if acted is None:
+            cs.unverified(UnverifiedReason.CLOCK_UNCERTAIN)
+            return
         ineligible = [
-            r for r in entry.new_isr if (b := cs.view.broker_at(r, env.ts_ms)) and b.ineligibility()
+            r
+            for r in entry.new_isr
+            if (states := cs.view.broker_window(r, *acted)) and all(s.ineligibility() for s in states)
         ]
         if ineligible:
             wrong = (
@@ -131,8 +139,11 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
     key, _ = found
     history = cs.view.partition(key)
     assert history is not None
-    # The controller is the authority: no grace, the state it replaced or held then.
-    before = _state_replaced(cs, key, env.ts_ms, entry.result_partition_epoch) or history.at(env.ts_ms)
+    # The controller is the authority: no grace, the state it replaced or held
+    # then, its time placed in the metadata log's (the earliest: the oldest state).
+    acted = cs.controller_acted_between(env)
+    assert acted is not None  # as the partition's window was: the same interval
+    before = _state_replaced(cs, key, acted[1], entry.result_partition_epoch) or history.at(acted[0])
     if before is not None and (
         entry.leader_epoch < before.leader_epoch or entry.partition_epoch < before.partition_epoch
     ):

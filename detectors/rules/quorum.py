@@ -304,8 +304,10 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
             c
             for e, by_node in q.claims.items()
             if e > epoch
-            for c in by_node.values()
-            if c.node != node and (latest := _latest(cs, c)) is not None and latest <= earliest - grace
+            for other in by_node
+            if other != node
+            for c in q.claims_of(e, other)
+            if (latest := _latest(cs, c)) is not None and latest <= earliest - grace
         ]
     reason = None
     if newer:
@@ -352,7 +354,7 @@ def _fetch_timeout(
         # The claim and this act are in the same node's log: its own clock times them.
         elapsed: int | None = env.ts_ms - began.ts_ms
     else:
-        since = _latest(cs, began)
+        since = min((t for c in q.claims_of(epoch, node) if (t := _latest(cs, c)) is not None), default=None)
         placed = cs.placed(env.node, env.ts_ms) is not None
         elapsed = cs.moment(env)[0] - since if placed and since is not None else None
     if elapsed is None or elapsed < timeout:

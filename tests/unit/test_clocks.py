@@ -288,6 +288,75 @@ def test_a_leader_change_hands_the_log_over_only_to_another_or_unnamed_controlle
     assert restored.writer is None
 
 
+def hand_over_and_back(clock: MetadataClock, behind_ms: int, rounds: int) -> list[tuple[int, int]]:
+    """The log handed between controller 3000 (right) and 3001 (``behind_ms``
+    behind) every 5 s of true time, ``rounds`` times each way; a record every
+    100 ms, every fifth a NoOp. Each writer's (leader, shift) at the end of its term."""
+    offsets = {3000: 0, 3001: -behind_ms}
+    terms = []
+    offset, epoch, true_ms = 0, 1, 0
+    for term in range(2 * rounds + 1):
+        leader = 3000 if term % 2 == 0 else 3001
+        clock.took_over(epoch, leader)
+        epoch += 1
+        for i in range(50):
+            clock.place(true_ms + offsets[leader], offset, noop=i % 5 == 0)
+            offset += 1
+            true_ms += 100
+        terms.append((leader, clock.shift_ms))
+        true_ms += 40  # the election: 140 ms between the terms' records
+    return terms
+
+
+def test_a_log_handed_back_and_forth_does_not_drift():
+    """Each hand-over onto the slower clock is a step back, taken out with the
+    longest recent gap on top; each hand-over back is a small step forward,
+    which cannot be told from a pause. Were the controller back in office
+    placed from its predecessor, the log's time would drift ahead by both at
+    every round (3.75 s after 432 s of a simulated history whose log changed
+    hands every 5-50 s). It resumes the shift it left with instead."""
+    terms = hand_over_and_back(MetadataClock(), behind_ms=300, rounds=20)
+    shifts = {leader: {shift for writer, shift in terms if writer == leader} for leader in (3000, 3001)}
+    assert shifts[3000] == {0}
+    # The slower clock's placement is the first step's guess: 300 ms back, less
+    # the true gap (140 ms) the longest recent gap (100 ms) falls short of.
+    assert shifts[3001] == {300 + 100 - 140}
+
+
+def test_a_controller_back_in_office_is_placed_no_earlier_than_its_predecessor():
+    """The shift it left with may be a guess ahead of the true gap, or its clock
+    may have stepped back meanwhile: its first record is then placed at its
+    predecessor's time, no further (a step taken out)."""
+    clock = MetadataClock()
+    for i in range(6):
+        clock.place(500 * i, i, noop=True)
+    clock.took_over(1, 3000)
+    clock.took_over(2, 3001)
+    clock.place(3000, 6)  # 3001, right
+    clock.took_over(3, 3000)
+    # 3000's clock stepped 2 s back while out of office.
+    assert clock.place(3100 - 2000, 7) == 3000
+    assert clock.shift_ms == 1900
+    assert [moved for _, moved in clock.steps] == [-1900]
+    restored = MetadataClock.__new__(MetadataClock)
+    restored.__setstate__(clock.__getstate__()[:8])  # state saved before shifts were kept
+    assert restored.shifts == {} and restored.resume is None
+
+
+def test_a_controller_back_in_office_with_its_clock_ahead_is_a_step_while_noops_tick():
+    clock = MetadataClock()
+    clock.took_over(1, 3000)
+    for i in range(6):
+        clock.place(500 * i, i, noop=True)
+    clock.took_over(2, 3001)
+    clock.place(3000, 6, noop=True)
+    clock.place(3500, 7, noop=True)
+    clock.took_over(3, 3000)
+    # Its clock stepped 5 s forward while out of office: placed the longest recent gap on.
+    assert clock.place(4000 + 5000, 8, noop=True) == 3500 + 500
+    assert [moved for _, moved in clock.steps] == [5000]
+
+
 def test_records_stamped_out_of_order_without_a_step_move_nothing():
     clock = MetadataClock()
     for i, t in enumerate([1000, 3000, 1000, 3000, 1000, 3000]):
@@ -404,6 +473,31 @@ def test_a_controller_fail_over_onto_a_wrong_clock_raises_no_false_alarm(seed):
     assert fp == 0, {k: v for k, v in table.items() if v["fp"]}
     assert tp >= 0.9 * (tp + fn)
     assert any(moved < -2000 for _, moved in detector.clusters["sim-1"].metadata_clock.steps)
+
+
+def test_a_log_handed_around_controllers_every_few_seconds_stays_near_their_clocks():
+    """Controllers 3001 (300 ms behind) and 3002 (250 ms ahead) take the log in
+    turns with 3000 every 3 s. The log's continuous time stays within the
+    controllers' spread (550 ms) and a NoOp interval (500 ms, the most a step's
+    placement is off by) of 3000's clock, so records are not pushed late and
+    verdicts hold: no false alarm, nearly every violation caught. When each
+    controller was placed from its predecessor, the time drifted 2.4 s ahead
+    in these 30 s, and 261 records counted late."""
+    failovers = tuple(Failover(4000 + 3000 * i, to=(3001, 3000, 3002)[i % 3]) for i in range(9))
+    clocks = (parse_clock("3001=-300ms"), parse_clock("3002=+250ms"))
+    sim = Simulator(SimConfig(seed=1, fault_rate=0.01, warmup_ms=3000, clocks=clocks, failovers=failovers))
+    detector = Detector(MEASURING, now_ms=lambda: 0)
+    farthest = 0
+    for i, (_, raw) in enumerate(sim.timed_events(60_000)):
+        detector.ingest(envelope_from_obj(raw, f"sim:{i}", i))
+        farthest = max(farthest, abs(detector.clusters["sim-1"].metadata_clock.shift_ms))
+    detector.flush()
+    table = confusion([a.to_dict() for a in detector.drain()], sim.truth)
+    tp, fp, fn = totals(table)
+    assert farthest <= 550 + 500
+    assert detector.counters.late < 0.001 * 60_000
+    assert fp == 0, {k: v for k, v in table.items() if v["fp"]}
+    assert tp >= 0.98 * (tp + fn)
 
 
 @pytest.mark.parametrize("spec", ["3=+3s", "3=-3s"])

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from detectors.config import DetectorConfig
 from detectors.errors import KafkaError
 from producers import shapes as s
 
@@ -312,6 +313,41 @@ def test_operation_not_attempted_for_an_ineligible_replica_at_v2_plus_is_flagged
     assert cluster.keys() == [
         ("ALTER_PARTITION_ERROR_VERSION_MISMATCH", cluster.controller, 6000, 0, "orders")
     ]
+
+
+@pytest.mark.violation("ALTER_PARTITION_ERROR_VERSION_MISMATCH")
+def test_the_controllers_answer_is_judged_at_its_own_time_in_the_metadata_log(make_history):
+    """Controller 3001, whose clock runs 300 ms behind 3000's, takes the log
+    over: its records are placed about 400 ms on to keep the log's time
+    continuous (detectors.clocks.MetadataClock). It fences broker 3 at 5000 by
+    its clock and 100 ms later answers OPERATION_NOT_ATTEMPTED for an ISR with
+    broker 3: at its own time, broker 3 was fenced. Taken as the log's time,
+    5100 would fall before the fence."""
+    history = make_history(DetectorConfig(measure_clocks=True), standard=False)
+    history.metadata(900, s.leader_change(1, 3000, [3000, 3001, 3002], [3000, 3001]))
+    history.standard_cluster()
+    for ts_ms in range(1100, 1600, 100):
+        history.metadata(ts_ms, s.no_op())
+    history.metadata(1240, s.leader_change(2, 3001, [3000, 3001, 3002], [3001, 3002]))
+    for ts_ms in range(1300, 5000, 100):
+        history.metadata(ts_ms, s.no_op())
+    make_ineligible(history, 5000, 3, "fenced")
+    body = s.alter_partition(
+        history.topic,
+        history.topic_id,
+        0,
+        broker_id=1,
+        broker_epoch=10,
+        leader_epoch=0,
+        partition_epoch=0,
+        new_isr=[1, 2, 3],
+        error=KafkaError.OPERATION_NOT_ATTEMPTED,
+        version=3,
+    )
+    history.request(5100, 3001, body)
+    outcome = history.run()
+    assert outcome.detector.cluster("c1").metadata_clock.shift_ms > 200
+    assert outcome.keys == [("ALTER_PARTITION_ERROR_VERSION_MISMATCH", 3001, 5100, 0, "orders")]
 
 
 @pytest.mark.parametrize("version", [0, 1])

@@ -248,3 +248,41 @@ def test_leader_fetched_by_one_of_two_other_voters_has_its_majority(quorum):
     for ts_ms in range(1100, 8000, 1000):
         serve_fetch(quorum, ts_ms, 1, 5, 2)
     assert quorum.keys() == []
+
+
+@pytest.mark.violation("QUORUM_ZOMBIE_LEADER")
+def test_a_newer_leader_stamped_by_the_metadata_log_is_known_though_first_heard_of_unplaced(make_history):
+    """With clocks measured, a claim is placed by the clock of the node that
+    logged it. Node 2's leadership of epoch 6 is first heard of from node 3,
+    whose clock nothing measures, so that claim cannot be placed; its
+    LeaderChange record, which the log stamped, places it exactly. Node 1,
+    whose clock its AlterPartition answer measured, still acts as leader of
+    epoch 5 three seconds later: a zombie."""
+    history = make_history(DetectorConfig(measure_clocks=True))
+    lead(history, 1000, 1, 5)
+    history.change(1500, isr=[1, 2])
+    answer = s.alter_partition(
+        history.topic,
+        history.topic_id,
+        0,
+        broker_id=1,
+        broker_epoch=10,
+        leader_epoch=0,
+        partition_epoch=0,
+        new_isr=[1, 2],
+        error=0,
+        result_partition_epoch=1,
+    )
+    history.request(1510, 1, answer)
+    history.request(1900, 3, s.begin_quorum_epoch(2, 6))
+    history.metadata(2000, s.leader_change(6, 2, VOTERS, [2, 3]))
+    # Voter 3 still fetches from it: the fetch timeout does not tell.
+    serve_fetch(history, 5000, 1, 5, 3)
+    follow(history, 7000, 1, 2, 6)
+    outcome = history.run()
+    assert outcome.detector.cluster("c1").clocks.interval(3, 1900).measured is False
+    assert keys_with_status(outcome) == [
+        ("QUORUM_ZOMBIE_LEADER", 1, 5000, None, None, "firing"),
+        ("QUORUM_ZOMBIE_LEADER", 1, 7000, None, None, "resolved"),
+    ]
+    assert [e.ts_ms for e in outcome.alerts[0].evidence] == [2000, 5000]
