@@ -619,6 +619,7 @@ class MetadataClock:
         "shift_ms",
         "shifts",
         "steps",
+        "unnamed_ms",
         "writer",
     )
 
@@ -638,6 +639,8 @@ class MetadataClock:
         # one to resume at the next record (a hand-over back to such a controller).
         self.shifts: dict[int, int] = {}
         self.resume: int | None = None
+        # The shift before the first LeaderChange seen, whose writer none named.
+        self.unnamed_ms: int | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (
@@ -651,6 +654,7 @@ class MetadataClock:
             self.writer,
             self.shifts,
             self.resume,
+            self.unnamed_ms,
         )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
@@ -664,6 +668,7 @@ class MetadataClock:
         self.writer = state[7] if len(state) > 7 else None
         self.shifts = state[8] if len(state) > 8 else {}
         self.resume = state[9] if len(state) > 9 else None
+        self.unnamed_ms = state[10] if len(state) > 10 else None
 
     def ticking(self) -> bool:
         """The log's NoOps have come at a steady beat lately: a long silence is
@@ -683,21 +688,29 @@ class MetadataClock:
         if last is not None and epoch <= last[0]:
             return False
         self.writer = (epoch, leader)
-        if last is None or (leader >= 0 and leader == last[1]):
+        if last is None:
+            self.unnamed_ms = self.shift_ms
+            return False
+        if leader >= 0 and leader == last[1]:
             return False
         if last[1] >= 0:
             self.shifts[last[1]] = self.shift_ms
         self.resume = self.shifts.get(leader) if leader >= 0 else None
         return True
 
-    def shift_of(self, node: int | None) -> int | None:
-        """The shift the log's time had while ``node`` stamped the log (its
-        newest term), which places ``node``'s own times exactly while its clock
-        holds; None for a node no LeaderChange named as the log's writer."""
+    def shift_of(self, node: int | None) -> int:
+        """The shift that places controller ``node``'s own times in the log's
+        (exactly, while its clock holds): the one the log had while ``node``
+        last wrote it; while no LeaderChange names the writer, the current
+        one; for a node none named, the one from before the first LeaderChange
+        (it wrote the log then, if ever)."""
         writer = self.writer
-        if writer is not None and writer[1] == node:
+        if writer is None or writer[1] < 0 or writer[1] == node:
             return self.shift_ms
-        return None if node is None else self.shifts.get(node)
+        known = self.shifts.get(node) if node is not None else None
+        if known is not None:
+            return known
+        return self.shift_ms if self.unnamed_ms is None else self.unnamed_ms
 
     def step_margin_ms(self) -> int:
         """How far off the newest step's placement may be: the true gap there is

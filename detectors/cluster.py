@@ -147,32 +147,19 @@ class ClusterState:
         interval = self.clock(env, node)
         if not interval.measured:
             return env.ts_ms - grace, env.ts_ms + grace
-        acted = self.acted_between(env, interval)
-        return None if acted is None else (acted[0] - grace, acted[1] + grace)
-
-    def controller_acted_between(self, env: Envelope) -> tuple[int, int] | None:
-        """:meth:`acted_between` for a request a controller logged: one that has
-        written the metadata log stamps both by its own clock, so the shift the
-        log's time had then places the request exactly, however loosely a
-        take-over left its interval."""
-        shift = self.metadata_clock.shift_of(env.node) if self.measures_clocks else None
-        if shift is None:
-            return self.acted_between(env)
-        return env.ts_ms - handling_ms(env) + shift, env.ts_ms + shift
-
-    def acted_between(self, env: Envelope, interval: ClockInterval | None = None) -> tuple[int, int] | None:
-        """The metadata log's times between which ``env``'s node handled the
-        request: its arrival at the earliest offset its clock ``interval`` allows,
-        its completion at the latest. A node without clock evidence is taken to
-        agree with the log. None when the interval is wider than ``clock_limit_ms``."""
-        if interval is None:
-            interval = self.clock(env)
-        if not interval.measured:
-            return env.ts_ms - handling_ms(env), env.ts_ms
         if interval.width_ms > self.config.clock_limit_ms:
             return None
         arrival = env.ts_ms - handling_ms(env)
-        return math.floor(arrival - interval.high_ms), math.ceil(env.ts_ms - interval.low_ms)
+        return math.floor(arrival - interval.high_ms) - grace, math.ceil(env.ts_ms - interval.low_ms) + grace
+
+    def controller_handled(self, env: Envelope) -> tuple[int, int]:
+        """The metadata log's times between which the active controller that
+        logged ``env`` handled it (arrival, completion). It writes the log, so
+        its request lines and its records carry one clock: the shift the log's
+        time had while it wrote places them exactly, whatever its interval
+        (MetadataClock.shift_of)."""
+        shift = self.metadata_clock.shift_of(env.node) if self.measures_clocks else 0
+        return env.ts_ms - handling_ms(env) + shift, env.ts_ms + shift
 
     def partition_window(
         self,

@@ -105,15 +105,12 @@ def _judge_version(cs: ClusterState, env: Envelope, header: Header, entry: Alter
         wrong = f"{KafkaError(entry.error).name} to AlterPartition v{header.api_version}"
     elif header.api_version >= 2 and entry.error == KafkaError.OPERATION_NOT_ATTEMPTED:
         # The controller's own answer, judged at its own time placed in the
-        # metadata log's: ineligible throughout.
-        acted = cs.controller_acted_between(env)
-        if acted is None:
-            cs.unverified(UnverifiedReason.CLOCK_UNCERTAIN)
-            return
+        # metadata log's: ineligible throughout its handling.
+        handled = cs.controller_handled(env)
         ineligible = [
             r
             for r in entry.new_isr
-            if (states := cs.view.broker_window(r, *acted)) and all(s.ineligibility() for s in states)
+            if (states := cs.view.broker_window(r, *handled)) and all(s.ineligibility() for s in states)
         ]
         if ineligible:
             wrong = (
@@ -141,9 +138,8 @@ def _judge_accepted(cs: ClusterState, env: Envelope, header: Header, entry: Alte
     assert history is not None
     # The controller is the authority: no grace, the state it replaced or held
     # then, its time placed in the metadata log's (the earliest: the oldest state).
-    acted = cs.controller_acted_between(env)
-    assert acted is not None  # as the partition's window was: the same interval
-    before = _state_replaced(cs, key, acted[1], entry.result_partition_epoch) or history.at(acted[0])
+    arrival, completion = cs.controller_handled(env)
+    before = _state_replaced(cs, key, completion, entry.result_partition_epoch) or history.at(arrival)
     if before is not None and (
         entry.leader_epoch < before.leader_epoch or entry.partition_epoch < before.partition_epoch
     ):

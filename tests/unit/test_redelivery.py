@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import orjson
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 import detectors.rules  # noqa: F401  (registers every rule)
@@ -95,6 +95,10 @@ def test_any_cut_into_files_in_any_order_gives_the_clean_alerts(seed, fault_rate
     clock=st.sampled_from(["3=+3s", "2=-3s", "5=+4s"]),
     shuffle_seed=seeds,
 )
+# Pieces that delay a controller's AlterPartition answer past the first
+# LeaderChange: its time was placed by the new writer's shift, 413 ms on, and
+# the fence it had answered by was lifted by then (found 2026-11-27).
+@example(seed=1959, clock="3=+3s", shuffle_seed=455)
 def test_overlapping_pieces_of_a_history_with_a_clock_3s_off_give_the_clean_alerts(seed, clock, shuffle_seed):
     # A node 3 s ahead makes a file's newest record 3 s newer than its other
     # nodes' unread ones: pieces merged by their newest time applied metadata
