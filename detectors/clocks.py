@@ -615,7 +615,6 @@ class MetadataClock:
         "last_noop_ms",
         "last_raw_ms",
         "noop_gaps",
-        "resume",
         "shift_ms",
         "shifts",
         "steps",
@@ -635,10 +634,8 @@ class MetadataClock:
         self.back: tuple[int, int] | None = None
         # The newest LeaderChange record's (epoch, leader): whose clock stamps the log.
         self.writer: tuple[int, int] | None = None
-        # The shift each named controller's clock was last placed with, and the
-        # one to resume at the next record (a hand-over back to such a controller).
+        # The shift each named controller's clock was last placed with.
         self.shifts: dict[int, int] = {}
-        self.resume: int | None = None
         # The shift before the first LeaderChange seen, whose writer none named.
         self.unnamed_ms: int | None = None
 
@@ -653,7 +650,6 @@ class MetadataClock:
             self.back,
             self.writer,
             self.shifts,
-            self.resume,
             self.unnamed_ms,
         )
 
@@ -667,8 +663,7 @@ class MetadataClock:
         # State saved before writers, and then their shifts, were kept.
         self.writer = state[7] if len(state) > 7 else None
         self.shifts = state[8] if len(state) > 8 else {}
-        self.resume = state[9] if len(state) > 9 else None
-        self.unnamed_ms = state[10] if len(state) > 10 else None
+        self.unnamed_ms = state[9] if len(state) > 9 else None
 
     def ticking(self) -> bool:
         """The log's NoOps have come at a steady beat lately: a long silence is
@@ -682,8 +677,8 @@ class MetadataClock:
         epoch led by another controller, or by one not named. The new leader
         writes this record first thing in its epoch, by its own clock
         (KafkaRaftClient.onBecomeLeader, LeaderState.appendStartOfEpochControlRecords),
-        so it is told before the record is placed: a controller that wrote the
-        log before resumes its shift there (``place``)."""
+        so it is told before the record is placed, and a controller that wrote
+        the log before resumes its shift there (``place``'s ``took_over``)."""
         last = self.writer
         if last is not None and epoch <= last[0]:
             return False
@@ -695,7 +690,6 @@ class MetadataClock:
             return False
         if last[1] >= 0:
             self.shifts[last[1]] = self.shift_ms
-        self.resume = self.shifts.get(leader) if leader >= 0 else None
         return True
 
     def shift_of(self, node: int | None) -> int:
@@ -718,19 +712,19 @@ class MetadataClock:
         least STEP_MARGIN_MS)."""
         return max(max(self.gaps, default=0), STEP_MARGIN_MS)
 
-    def place(self, ts_ms: int, offset: int | None, noop: bool = False) -> int:
+    def place(self, ts_ms: int, offset: int | None, noop: bool = False, took_over: bool = False) -> int:
         """The continuous time of the record at ``ts_ms`` (in log order);
-        ``noop``: a NO_OP_RECORD, the log's heartbeat."""
+        ``noop``: a NO_OP_RECORD, the log's heartbeat; ``took_over``: a
+        LeaderChange record that handed the log over (:meth:`took_over`)."""
         ticking = self.ticking()
         if noop:
             if self.last_noop_ms is not None:
                 self.noop_gaps.append(ts_ms - self.last_noop_ms)
             self.last_noop_ms = ts_ms
         last = self.last_raw_ms
-        resume = self.resume
-        if resume is not None:
-            self.resume = None
-            if last is not None:  # always: the controller it resumes from placed records
+        if took_over and last is not None and self.writer is not None:
+            resume = self.shifts.get(self.writer[1])
+            if resume is not None:  # a controller back in office
                 return self._resume(ts_ms, offset, last + self.shift_ms, resume, ticking)
         # After a step the record is placed the longest recent gap after its
         # predecessor: the true gap was shorter, so the continuous time runs a

@@ -610,9 +610,10 @@ class Detector:
         clock = cs.metadata_clock
         shift = clock.shift_ms
         body = env.body
+        kind = body.get("type")
         # Told first: a controller back in office resumes its shift (MetadataClock.took_over).
-        took_over = body.get("type") == LEADER_CHANGE and _took_over(clock, body)
-        placed = clock.place(env.ts_ms, env.offset, body.get("type") == "NO_OP_RECORD")
+        took_over = kind == LEADER_CHANGE and _took_over(clock, body)
+        placed = clock.place(env.ts_ms, env.offset, kind == "NO_OP_RECORD", took_over)
         moved = clock.shift_ms - shift
         if took_over:
             # The new controller's clock may be off the old one's by anything the

@@ -297,9 +297,10 @@ def hand_over_and_back(clock: MetadataClock, behind_ms: int, rounds: int) -> lis
     offset, epoch, true_ms = 0, 1, 0
     for term in range(2 * rounds + 1):
         leader = 3000 if term % 2 == 0 else 3001
-        clock.took_over(epoch, leader)
+        # Its LeaderChange record first, then NoOps and other records.
+        clock.place(true_ms + offsets[leader], offset, took_over=clock.took_over(epoch, leader))
         epoch += 1
-        for i in range(50):
+        for i in range(1, 50):
             clock.place(true_ms + offsets[leader], offset, noop=i % 5 == 0)
             offset += 1
             true_ms += 100
@@ -328,32 +329,29 @@ def test_a_controller_back_in_office_is_placed_no_earlier_than_its_predecessor()
     may have stepped back meanwhile: its first record is then placed at its
     predecessor's time, no further (a step taken out)."""
     clock = MetadataClock()
-    for i in range(6):
+    clock.place(0, 0, took_over=clock.took_over(1, 3000))
+    for i in range(1, 6):
         clock.place(500 * i, i, noop=True)
-    clock.took_over(1, 3000)
-    clock.took_over(2, 3001)
-    clock.place(3000, 6)  # 3001, right
-    clock.took_over(3, 3000)
+    clock.place(3000, 6, took_over=clock.took_over(2, 3001))  # 3001, right
     # 3000's clock stepped 2 s back while out of office.
-    assert clock.place(3100 - 2000, 7) == 3000
+    assert clock.place(3100 - 2000, 7, took_over=clock.took_over(3, 3000)) == 3000
     assert clock.shift_ms == 1900
     assert [moved for _, moved in clock.steps] == [-1900]
     restored = MetadataClock.__new__(MetadataClock)
     restored.__setstate__(clock.__getstate__()[:8])  # state saved before shifts were kept
-    assert restored.shifts == {} and restored.resume is None
+    assert restored.shifts == {} and restored.unnamed_ms is None
 
 
 def test_a_controller_back_in_office_with_its_clock_ahead_is_a_step_while_noops_tick():
     clock = MetadataClock()
-    clock.took_over(1, 3000)
-    for i in range(6):
+    clock.place(0, 0, took_over=clock.took_over(1, 3000))
+    for i in range(1, 6):
         clock.place(500 * i, i, noop=True)
-    clock.took_over(2, 3001)
-    clock.place(3000, 6, noop=True)
-    clock.place(3500, 7, noop=True)
-    clock.took_over(3, 3000)
+    clock.place(3000, 6, took_over=clock.took_over(2, 3001))
+    for i in range(7, 10):
+        clock.place(500 * i, i, noop=True)
     # Its clock stepped 5 s forward while out of office: placed the longest recent gap on.
-    assert clock.place(4000 + 5000, 8, noop=True) == 3500 + 500
+    assert clock.place(5000 + 5000, 10, took_over=clock.took_over(3, 3000)) == 4500 + 500
     assert [moved for _, moved in clock.steps] == [5000]
 
 

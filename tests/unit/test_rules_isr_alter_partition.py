@@ -31,11 +31,12 @@ def make_ineligible(history: Any, ts_ms: int, broker: int, how: str) -> None:
     history.metadata(ts_ms, INELIGIBLE[how](broker, history.broker_epochs[broker]))
 
 
-def alter_partition(history: Any, ts_ms: int, **fields: Any) -> None:
-    """An AlterPartition from leader 1 for orders-0, logged by the controller."""
+def alter_partition(history: Any, ts_ms: int, *, controller: int | None = None, **fields: Any) -> None:
+    """An AlterPartition from leader 1 for orders-0, logged by ``controller``
+    (default: the history's)."""
     request: dict[str, Any] = {"broker_id": 1, "broker_epoch": 10, **fields}
     body = s.alter_partition(history.topic, history.topic_id, 0, **request)
-    history.request(ts_ms, history.controller, body)
+    history.request(ts_ms, history.controller if controller is None else controller, body)
 
 
 # ---- ISR_INELIGIBLE_REPLICA_ADMITTED --------------------------------------------------------
@@ -332,19 +333,16 @@ def test_the_controllers_answer_is_judged_at_its_own_time_in_the_metadata_log(ma
     for ts_ms in range(1300, 5000, 100):
         history.metadata(ts_ms, s.no_op())
     make_ineligible(history, 5000, 3, "fenced")
-    body = s.alter_partition(
-        history.topic,
-        history.topic_id,
-        0,
-        broker_id=1,
-        broker_epoch=10,
+    alter_partition(
+        history,
+        5100,
+        controller=3001,
         leader_epoch=0,
         partition_epoch=0,
         new_isr=[1, 2, 3],
         error=KafkaError.OPERATION_NOT_ATTEMPTED,
         version=3,
     )
-    history.request(5100, 3001, body)
     outcome = history.run()
     assert outcome.detector.cluster("c1").metadata_clock.shift_ms > 200
     assert outcome.keys == [("ALTER_PARTITION_ERROR_VERSION_MISMATCH", 3001, 5100, 0, "orders")]

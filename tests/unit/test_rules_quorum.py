@@ -15,6 +15,7 @@ import pytest
 
 from detectors.config import DetectorConfig
 from producers import shapes as s
+from tests.unit.test_rules_isr_alter_partition import alter_partition
 
 VOTERS = [1, 2, 3]
 OBSERVER = 100  # a broker: it fetches the metadata log but is not a voter
@@ -261,19 +262,16 @@ def test_a_newer_leader_stamped_by_the_metadata_log_is_known_though_first_heard_
     history = make_history(DetectorConfig(measure_clocks=True))
     lead(history, 1000, 1, 5)
     history.change(1500, isr=[1, 2])
-    answer = s.alter_partition(
-        history.topic,
-        history.topic_id,
-        0,
-        broker_id=1,
-        broker_epoch=10,
+    alter_partition(
+        history,
+        1510,
+        controller=1,
         leader_epoch=0,
         partition_epoch=0,
         new_isr=[1, 2],
         error=0,
         result_partition_epoch=1,
     )
-    history.request(1510, 1, answer)
     history.request(1900, 3, s.begin_quorum_epoch(2, 6))
     history.metadata(2000, s.leader_change(6, 2, VOTERS, [2, 3]))
     # Voter 3 still fetches from it: the fetch timeout does not tell.
