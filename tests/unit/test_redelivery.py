@@ -99,6 +99,10 @@ def test_any_cut_into_files_in_any_order_gives_the_clean_alerts(seed, fault_rate
 # LeaderChange: its time was placed by the new writer's shift, 413 ms on, and
 # the fence it had answered by was lifted by then (found 2026-11-27).
 @example(seed=1959, clock="3=+3s", shuffle_seed=455)
+# Broker 5's log, 4 s ahead, held back by the merge until after a take-over: the
+# records its requests knew were forgotten at the take-over, so it stayed
+# unmeasured, taken to agree, and raised 444 false alarms (found 2026-11-27).
+@example(seed=407, clock="5=+4s", shuffle_seed=310)
 def test_overlapping_pieces_of_a_history_with_a_clock_3s_off_give_the_clean_alerts(seed, clock, shuffle_seed):
     # A node 3 s ahead makes a file's newest record 3 s newer than its other
     # nodes' unread ones: pieces merged by their newest time applied metadata
