@@ -60,6 +60,9 @@ _WAITING_MS = 60_000
 
 # What a claim refers to: ((topic key, partition), "L" leader epoch or "P" partition epoch, epoch).
 EpochRef = tuple[tuple[str, int], str, int]
+# How far a step of the metadata log's clock moved the bounds of before it:
+# upper bounds up, the spread of their estimates, lower bounds down (EvidenceLine.loosen).
+Loosening = tuple[int, int, int]
 
 
 @fast_pickle
@@ -165,15 +168,15 @@ class EvidenceLine:
         if "spread" not in state[1]:
             self.spread = {}  # a line saved before spreads existed
 
-    def loosen(self, margin_ms: int, up_ms: int = 0) -> None:
-        """Every bound so far, moved ``margin_ms`` outwards and upper bounds
-        ``up_ms`` further up; an estimate from a loosened upper bound reaches
-        as far below it as the bound moved (``spread``), since the bound moved
-        for want of knowing the frame, not because the clock did."""
-        widened = 2 * margin_ms + up_ms
+    def loosen(self, by: Loosening) -> None:
+        """Every bound so far moved as a step moves them (ClockBook.rebased); an
+        estimate from a loosened upper bound reaches as far below it as the
+        bound moved (``spread``), since the bound moved for want of knowing the
+        frame, not because the clock did."""
+        up, widened, down = by
         self.spread = {b: self.spread.get(b, 0) + widened for b in self.high}
-        self.high = {b: (bound + margin_ms + up_ms, created) for b, (bound, created) in self.high.items()}
-        self.low = {b: bound - margin_ms for b, bound in self.low.items()}
+        self.high = {b: (bound + up, created) for b, (bound, created) in self.high.items()}
+        self.low = {b: bound - down for b, bound in self.low.items()}
         self.version += 1
 
     def tighten(self, buckets: list[int], by_ms: int) -> None:
@@ -193,16 +196,16 @@ class EvidenceLine:
 
     def add(
         self, node_ms: int, bound: int, created_ms: int | None, upper: bool, keep_ms: int, spread_ms: int = 0
-    ) -> None:
-        """An upper or lower bound of the node's offset at ``node_ms``. ``created_ms``:
-        when the record the request knew was written, None where that cannot
-        corroborate another bound (ClockBook._corroborated); ``spread_ms``: how
-        far below it the estimate reaches, for a bound loosened across steps
-        (loosen)."""
+    ) -> bool:
+        """An upper or lower bound of the node's offset at ``node_ms``; whether it
+        tightened its bucket. ``created_ms``: when the record the request knew
+        was written, None where that cannot corroborate another bound
+        (ClockBook._corroborated); ``spread_ms``: how far below it the estimate
+        reaches, for a bound loosened across steps (loosen)."""
         bucket = node_ms // BUCKET_MS
         if upper:
             if not self.lowers(node_ms, bound):
-                return
+                return False
             self.high[bucket] = (bound, created_ms)
             if spread_ms:
                 self.spread[bucket] = spread_ms
@@ -211,7 +214,7 @@ class EvidenceLine:
         else:
             old = self.low.get(bucket)
             if old is not None and bound <= old:
-                return
+                return False
             self.low[bucket] = bound
         self.version += 1
         if bucket > self.newest:
@@ -228,6 +231,7 @@ class EvidenceLine:
                 del self.cuts[0]
             while self.blind and self.blind[0][1] < horizon:
                 del self.blind[0]
+        return True
 
     def next_blind(self, ts_ms: int) -> int:
         """Where the next blind spot after ``ts_ms`` begins (evidence beyond it
@@ -315,16 +319,17 @@ class ClockBook:
         kept apart: a request that knew one and arrives after the step (a
         broker's log shipped late, or held back by replay's merge while its
         clock runs ahead) bounds its node's clock as loosely as if it had
-        arrived before the step (``_across_steps``). Forgotten, they left such a
+        arrived before the step (``_since``). Forgotten, they left such a
         broker unmeasured, taken to agree with the log, and its requests judged
         seconds off (a broker 4 s ahead whose log replay read after a take-over:
         444 false alarms, tests/unit/test_redelivery.py)."""
+        by = (margin_ms + up_ms, 2 * margin_ms + up_ms, margin_ms)
         for line in self.lines.values():
-            line.loosen(margin_ms, up_ms)
+            line.loosen(by)
         late = self.created_late
         for ref, ts_ms in self.created.items():
             self.earlier[ref] = (ts_ms, late.get(ref, ts_ms), self.frame)
-        self.steps.append([self.frame, margin_ms + up_ms, 2 * margin_ms + up_ms, margin_ms])
+        self.steps.append([self.frame, *by])
         self.frame += 1
         self.created.clear()
         self.created_late.clear()
@@ -418,19 +423,23 @@ class ClockBook:
 
     def _claim(self, node: int, arrival_ms: int, ref: EpochRef, upper: bool) -> None:
         created = self.created.get(ref)
+        across: tuple[Loosening, int] | None = None
+        if created is not None:
+            late = self.created_late.get(ref, created)
+        elif ref in self.earlier:
+            created, late, frame = self.earlier[ref]
+            by = self._since(frame)
+            if by is None:
+                return  # a step it crossed is forgotten: how far to loosen is not known
+            across = (by, frame)
         if created is not None:
             # A claim about an epoch already followed by the next (a stale client,
             # a zombie's request) bounds the clock, loosely: it says nothing of how
             # soon the node learns new epochs, so it corroborates nothing.
             partition, kind, epoch = ref
-            fresh = (partition, kind, epoch + 1) not in self.created
-            self._bound(
-                node, arrival_ms, created if upper else self.created_late.get(ref, created), upper, fresh
-            )
-            return
-        earlier = self.earlier.get(ref)
-        if earlier is not None:
-            self._across_steps(node, arrival_ms, ref, earlier, upper)
+            following = (partition, kind, epoch + 1)
+            fresh = following not in self.created and following not in self.earlier
+            self._bound(node, arrival_ms, created if upper else late, upper, fresh, across)
             return
         claims = self.waiting.get(ref)
         if claims is None:
@@ -451,48 +460,52 @@ class ClockBook:
             line = self.lines[node] = EvidenceLine()
         return line
 
-    def _bound(self, node: int, node_ms: int, created_ms: int, upper: bool, fresh: bool) -> None:
+    def _bound(
+        self,
+        node: int,
+        node_ms: int,
+        created_ms: int,
+        upper: bool,
+        fresh: bool,
+        across: tuple[Loosening, int] | None = None,
+    ) -> None:
         """Evidence: ``node``'s request at ``node_ms`` knew of (or caused) the record at ``created_ms``;
         ``fresh``: the epoch was still the newest the cluster had created (else the
-        bound may corroborate nothing: EvidenceLine.add)."""
+        bound may corroborate nothing: EvidenceLine.add). ``across``: for a record
+        written before the steps since, how far they moved the bounds of then
+        (``_since``) and the record's frame: the bound is moved as those were."""
         line = self._line(node)
         bound = node_ms - created_ms
-        line.add(node_ms, bound, created_ms if fresh else None, upper, 2 * self.window_ms)
-        if upper and self.unsettled is not None:
-            # Every record known now is the new clock's (rebased forgot the others).
-            low = self.unsettled[0].get(node)
-            if low is not None:
-                self._settle(bound - low)
-
-    def _across_steps(
-        self, node: int, node_ms: int, ref: EpochRef, record: tuple[int, int, int], upper: bool
-    ) -> None:
-        """A claim about a record written before the steps since: bounded in the
-        record's frame, then loosened by every step since as the bounds of then
-        were (EvidenceLine.loosen, and ``_settle`` for a take-over). It says
-        nothing of the new clock, so it settles nothing."""
-        ts_ms, late_ms, frame = record
-        since = [step for step in self.steps if step[0] >= frame]
-        if not since or since[0][0] != frame:
-            return  # a step it crossed is forgotten: how far to loosen is not known
-        up, spread, down = (sum(step[i] for step in since) for i in (1, 2, 3))
-        line = self._line(node)
         keep_ms = 2 * self.window_ms
+        if across is None:
+            line.add(node_ms, bound, created_ms if fresh else None, upper, keep_ms)
+            if upper and self.unsettled is not None:
+                # A record of the new clock bounds it.
+                low = self.unsettled[0].get(node)
+                if low is not None:
+                    self._settle(bound - low)
+            return
+        # A record of an old clock says nothing of the new one: it settles nothing.
+        (up, spread, down), frame = across
         if not upper:
-            line.add(node_ms, node_ms - late_ms - down, None, False, keep_ms)
-            return
-        partition, kind, epoch = ref
-        following = (partition, kind, epoch + 1)
-        fresh = following not in self.created and following not in self.earlier
-        bound = node_ms - ts_ms + up
-        if not line.lowers(node_ms, bound):
-            return
-        line.add(node_ms, bound, ts_ms if fresh else None, True, keep_ms, spread)
-        if self.unsettled is not None and self._takeover is not None and frame <= self._takeover:
+            line.add(node_ms, bound - down, None, False, keep_ms)
+        elif (
+            line.add(node_ms, bound + up, created_ms if fresh else None, True, keep_ms, spread)
+            and self.unsettled is not None
+            and self._takeover is not None
+            and frame <= self._takeover
+        ):
             # Loosened by the take-over's rise so far: settled with the bounds of then.
             loosened = self.unsettled[1].setdefault(node, [])
             if node_ms // BUCKET_MS not in loosened:
                 loosened.append(node_ms // BUCKET_MS)
+
+    def _since(self, frame: int) -> Loosening | None:
+        """How far the steps since ``frame`` moved its bounds (None: one of them is forgotten)."""
+        since = [step for step in self.steps if step[0] >= frame]
+        if not since or since[0][0] != frame:
+            return None
+        return (sum(s[1] for s in since), sum(s[2] for s in since), sum(s[3] for s in since))
 
     # ---- estimates -------------------------------------------------------------------------
 

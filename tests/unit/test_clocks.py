@@ -557,36 +557,39 @@ def test_a_request_about_a_record_from_before_a_take_over_bounds_as_if_it_had_co
     log (shipped late, or held back by replay's merge while its clock runs
     ahead): its requests know records of the old controller's clock. Its
     interval is the one it would have had with its log read before the
-    take-over, before or after the new clock is bounded. Were those records
-    forgotten, broker 4 would be taken to agree with the log, its requests
-    judged 4 s off."""
+    take-over: after it, after the new clock is bounded, or with its first line
+    read before and the others (one into the same half-second) after, which
+    settling must then move once, not twice. Were those records forgotten,
+    broker 4 would be taken to agree with the log, its requests judged 4 s off."""
+    broker_4_lines = [(14_400, 1), (14_010, 1), (15_520, 2)]  # (arrival, leader epoch known)
 
-    def broker_4(read: str):
+    def broker_4(read_before_take_over: int, read: str):
         clocks = book()
         clocks.created_epoch((PARTITION, "L", 1), 10_000)
         clocks.knows(3, 10_040, (PARTITION, "L", 1))
         clocks.created_epoch((PARTITION, "L", 2), 11_500)
         clocks.knows(3, 11_530, (PARTITION, "L", 2))
 
-        def late_log():
-            clocks.knows(4, 14_010, (PARTITION, "L", 1))
-            clocks.knows(4, 15_520, (PARTITION, "L", 2))
+        def read_lines(lines):
+            for arrival, epoch in lines:
+                clocks.knows(4, arrival, (PARTITION, "L", epoch))
 
-        if read == "before the take-over":
-            late_log()
+        read_lines(broker_4_lines[:read_before_take_over])
         clocks.taken_over(1000)
         if read == "after it":
-            late_log()
+            read_lines(broker_4_lines[read_before_take_over:])
         clocks.created_epoch((PARTITION, "L", 3), 12_000)  # the new clock, 1.5 s behind
         clocks.knows(3, 13_480, (PARTITION, "L", 3))  # settles the take-over (test above)
         if read == "after the new clock is bounded":
-            late_log()
-        return clocks.interval(4, 15_520)
+            read_lines(broker_4_lines[read_before_take_over:])
+        return [clocks.interval(4, at) for at in (14_010, 15_520)]
 
-    in_order = broker_4("before the take-over")
-    assert in_order.measured and in_order.low_ms <= 4000 + 1500 <= in_order.high_ms, in_order
-    assert broker_4("after it") == in_order
-    assert broker_4("after the new clock is bounded") == in_order
+    in_order = broker_4(3, "")
+    for interval in in_order:
+        assert interval.measured and interval.low_ms <= 4000 + 1500 <= interval.high_ms, interval
+    for before in (0, 1):
+        for read in ("after it", "after the new clock is bounded"):
+            assert broker_4(before, read) == in_order, (before, read)
 
 
 def test_an_uncertain_clock_is_counted_not_judged():
