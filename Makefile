@@ -15,8 +15,12 @@ demo: $(VENV)/.installed
 	@bash .ci/system-deps java
 	$(BIN)/fencewatch demo
 
+# The e2e and integration tests run first and alone: a real broker, Spark's JVM and
+# its workers and their timed waits need both cores. The unit tests are
+# single-threaded Python, so they then run on every core at once (pytest-xdist).
 test: $(VENV)/.installed system-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests/e2e tests/integration
+	$(BIN)/python -m pytest -q -n auto tests/unit
 
 # Java for Spark; Prometheus and Alertmanager for the observability tests; Chromium
 # and chromedriver for the incident report's browser test.
