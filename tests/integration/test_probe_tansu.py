@@ -3,8 +3,7 @@ leader epoch (NOTES.md): a future currentLeaderEpoch and a partition that does n
 exist are served, OffsetForLeaderEpoch is not advertised. The probe reports exactly
 that, for 100 partitions, to stdout and the alerts topic; and it runs beside a job
 (``fencewatch run --probe-interval``) as a thread. How long the 100 partitions take
-is printed, not asserted: a speed figure belongs in a benchmark, and a loaded
-machine of this kind took 7.7 s (2026-11-28)."""
+is printed, not asserted: benchmarks/probe_latency.py measures it."""
 
 from __future__ import annotations
 
