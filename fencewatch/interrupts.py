@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,3 +27,29 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def signals_set(stop: threading.Event) -> Iterator[None]:
+    """Inside the block SIGINT and SIGTERM set ``stop`` instead of raising, so a loop
+    that checks it ends between two pieces of work. A KeyboardInterrupt raised
+    mid-work can land inside a close or a lock's hold and leave a non-daemon thread
+    running, which the interpreter then waits for at exit.
+
+    The handler sets ``stop`` from a thread of its own: it runs on the main thread,
+    which may hold ``stop``'s lock at that moment (inside ``stop.wait``), and the lock
+    is not reentrant. Not the main thread: nothing is installed."""
+
+    def handler(signum: int, frame: Any) -> None:
+        threading.Thread(target=stop.set, name="signal-stop", daemon=True).start()
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

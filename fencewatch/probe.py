@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
-from fencewatch.interrupts import sigterm_as_interrupt
+from fencewatch.interrupts import signals_set
 from fencewatch.observability import add_observability_options, check_observability_paths, observability
 from fencewatch.options import add_bootstrap_servers_option, fail
 from fencewatch.probe_client import (
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 
 DEVIATION_EXIT = 3
+STOPPED_EXIT = 130  # a canary stopped by SIGINT or SIGTERM, as Ctrl-C ends any command
 DRAIN_SECONDS = 30.0
 
 
@@ -295,7 +296,12 @@ def run(args: argparse.Namespace) -> int:
     client = _client(prog, args.bootstrap_servers, settings, args, "")
     if args.interval is None:
         args.metrics_port = -1
+    stop = threading.Event()
     with ExitStack() as stack:
+        if args.interval is not None:
+            # A canary is stopped by SIGTERM (orchestrators) or Ctrl-C: either ends it
+            # between rounds, the sinks closed, with Ctrl-C's exit code.
+            stack.enter_context(signals_set(stop))
         _connect(prog, client)
         stack.callback(client.close)
         obs = stack.enter_context(observability(args, ".", prog, job=False))
@@ -317,12 +323,9 @@ def run(args: argparse.Namespace) -> int:
             print(table(report), file=sys.stderr, flush=True)
             return DEVIATION_EXIT if report.alerts else 0
         print(f"{prog}: {table(report)}", file=sys.stderr, flush=True)
-        # Orchestrators stop services with SIGTERM: as Ctrl-C, after the sinks close.
-        stack.enter_context(sigterm_as_interrupt())
-        stop = threading.Event()
         stop.wait(args.interval)
         service.every(args.interval, stop, sys.stderr)
-    return 0
+    return STOPPED_EXIT
 
 
 @contextmanager

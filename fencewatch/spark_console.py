@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from fencewatch.interrupts import signals_set
 from fencewatch.options import fail
 from streaming.checkpoint_lock import local_directory
 
@@ -89,16 +89,12 @@ def await_query(query: Any) -> bool:
     py4j call (pyspark's own SIGINT handler cancels jobs from there), Ctrl-C
     printed py4j's tracebacks of the interrupted call."""
     asked = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: asked.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals_set(asked):
         while not asked.is_set():
             if query.awaitTermination(0.5):
                 return False
         query.stop()
         return True
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def query_failed(prog: str, error: BaseException, log_file: str | None, verbose: bool, todo: str) -> NoReturn:

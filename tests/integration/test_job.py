@@ -131,7 +131,11 @@ def wait_for(condition: Callable[[], bool], query, timeout_s: float, what: str) 
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
-@pytest.mark.parametrize(("buckets", "batch_events"), [(1, 5_000), (7, 3 * MIN_SPLIT_EVENTS), (64, 5_000)])
+@pytest.mark.parametrize(
+    ("buckets", "batch_events"),
+    # 64 buckets is extended: tests/unit/test_buckets.py checks it in one process.
+    [(1, 5_000), (7, 3 * MIN_SPLIT_EVENTS), pytest.param(64, 5_000, marks=pytest.mark.extended)],
+)
 def test_streaming_alerts_equal_replay_and_ground_truth(
     spark, broker, make_topic, tmp_path: Path, buckets, batch_events
 ):
@@ -189,7 +193,8 @@ def test_streaming_alerts_equal_replay_and_ground_truth(
     assert any("malformed JSON" in letter["reason"] for letter in letters)
 
 
-@pytest.mark.parametrize("buckets", [1, 7])
+# 7 buckets is extended: tests/unit/test_clocks.py checks buckets measuring clocks.
+@pytest.mark.parametrize("buckets", [1, pytest.param(7, marks=pytest.mark.extended)])
 def test_a_skewed_history_gives_replay_s_alerts_with_clocks_measured(
     spark, broker, make_topic, tmp_path: Path, buckets: int
 ):

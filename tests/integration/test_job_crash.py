@@ -19,7 +19,7 @@ from streaming.bucket_layout import DEFAULT_BUCKETS
 
 pytestmark = pytest.mark.integration
 
-EVENTS = 20_000
+EVENTS = 12_000
 # After the last alert, how long the restarted job keeps running so that a late
 # duplicate or extra alert would reach the topic before it is read.
 SETTLE_S = 6.0
@@ -70,7 +70,7 @@ def test_sigkill_and_restart_deliver_each_alert_exactly_once(
         started = time.monotonic()
         first.start()
         # Kill as soon as the first alerts are in the topic: 3000 events per trigger make
-        # 7 micro-batches with data, and the faults start after the simulation's 3 s warm-up,
+        # 4 micro-batches with data, and the faults start after the simulation's 3 s warm-up,
         # so most alerts are still to come.
         wait_until(lambda: len(alert_ids(broker, alerts_topic)) > 0, "the first alert", 300, alive=[first])
         first.kill()

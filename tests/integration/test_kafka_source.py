@@ -76,8 +76,11 @@ def _wait_for(
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
-        # Waits one interval, and raises at once if the query failed.
-        assert not query.awaitTermination(0.2), f"query stopped while waiting for {what}"
+        # Waits one interval, and raises at once if the query failed. A condition is
+        # often a Spark job of its own (a count of the memory table); polled once a
+        # second, it leaves the query's start more CPU: Spark gives each new Python
+        # worker of the source 10 s to connect back (docs/performance.md).
+        assert not query.awaitTermination(1.0), f"query stopped while waiting for {what}"
 
 
 def _memory_query(df: DataFrame, *, available_now: bool) -> tuple[str, StreamingQuery]:

@@ -37,6 +37,7 @@ def exit_code(child: ChildProcess, timeout_s: float) -> int:
     return child.proc.returncode
 
 
+@pytest.mark.extended  # tests/unit/test_checkpoint_lock.py checks the lock with real processes
 @pytest.mark.timeout(600)
 def test_a_second_job_on_a_checkpoint_in_use_is_refused_until_the_first_dies(
     broker: EmbeddedBroker, make_topic, tmp_path: Path

@@ -209,6 +209,7 @@ def test_files_that_overlap_in_time_are_refused(spark, history, tmp_path: Path):
         spark_replay(spark, [late, early], buckets=7)
 
 
+@pytest.mark.extended  # the engine's parity is checked in-process above
 def test_command_line(history, tmp_path: Path):
     """``fencewatch replay --engine spark`` as a user runs it: its own Spark,
     progress on stderr, the alerts on stdout; a missing file is one line;

@@ -18,7 +18,8 @@ from producers.simulator import SimConfig, Simulator
 from streaming.broker import EmbeddedBroker
 from streaming.bucket_layout import DEFAULT_BUCKETS
 
-pytestmark = pytest.mark.integration
+# Extended: test_job checks the same parity in local mode, on a tier CI can afford.
+pytestmark = [pytest.mark.integration, pytest.mark.extended]
 
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1"  # one of --jvm-options' uses (docs/operations.md)
 
@@ -34,7 +35,7 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
 def test_job_on_standalone_cluster_alerts_equal_replay(
     standalone_cluster: StandaloneCluster, broker: EmbeddedBroker, make_topic, tmp_path: Path
 ) -> None:
-    events = list(Simulator(SimConfig(seed=13, fault_rate=0.01, warmup_ms=3000)).events(20_000))
+    events = list(Simulator(SimConfig(seed=13, fault_rate=0.01, warmup_ms=3000)).events(10_000))
     expected = replay_alerts(events, RUN_DEFAULTS, DEFAULT_BUCKETS)
     assert expected
     source, alerts_topic, dead_topic = make_topic(3), make_topic(1), make_topic(1)

@@ -44,7 +44,7 @@ burst = 50
 def test_alerts_raised_while_the_receiver_is_down_arrive_once_after_a_restart(
     broker: EmbeddedBroker, make_topic, tmp_path: Path
 ) -> None:
-    events = list(Simulator(SimConfig(seed=17, fault_rate=0.01, warmup_ms=3000)).events(15_000))
+    events = list(Simulator(SimConfig(seed=17, fault_rate=0.01, warmup_ms=3000)).events(10_000))
     expected = replay_alerts(events, RUN_DEFAULTS, DEFAULT_BUCKETS)
     assert len(expected) >= 10
     source, alerts_topic, dead_topic = make_topic(3), make_topic(1), make_topic(1)

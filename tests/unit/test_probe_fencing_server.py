@@ -402,6 +402,38 @@ def test_interval_runs_as_a_canary_with_metrics_until_sigterm(server: FencingSer
     assert len(alerts) == len({a["alert_id"] for a in alerts}) == 12
 
 
+def test_a_canary_stopped_during_its_first_round_finishes_it_and_exits_130(
+    server: FencingServer, tmp_path: Path
+):
+    """SIGTERM as soon as the canary serves its metrics, while its first round is
+    under way: the round is finished and delivered, then the canary exits as
+    Ctrl-C ends a command (a SIGTERM there used to kill it outright)."""
+    import signal
+    import time
+
+    server.cluster.misbehave(FETCH, "past", 0)
+    argv = ["probe", "--bootstrap-servers", server.bootstrap_servers, "--interval", "60", "--cluster", "lab"]
+    stderr = tmp_path / "stderr"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fencewatch", *argv, "--metrics-port", "0", "--metrics-bind", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=stderr.open("w"),
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "metrics on http://" not in stderr.read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr.read_text()
+    assert "fencewatch probe: cluster lab: " in stderr.read_text(), "the first round's table"
+    alerts = [orjson.loads(line) for line in out.splitlines()]
+    assert alerts and {a["rule"] for a in alerts} == {"PROBE_STALE_EPOCH_SERVED"}
+
+
 def test_the_pacer_spaces_requests_to_one_broker_and_not_across_brokers():
     from fencewatch.probe_client import Pacer
 
