@@ -86,11 +86,12 @@ from detectors.envelope import KINDS, MAX_TS_MS, DeadLetterClass, dumps
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, EXCERPT_BYTES, LongLine, over_limit
 from detectors.render import plural
 from streaming.bucket_layout import DEFAULT_BUCKETS, check_buckets
+from streaming.query_start import start_query
 from streaming.schema import ALERT, DEAD_LETTER, STATS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 # The ``topic`` of every row: positions read "fencewatch-files/<file index>@<offset>".
 FILE_TOPIC = "fencewatch-files"
@@ -474,14 +475,13 @@ def backfill(
         detected = detect(events, options.detector, checkpoint, FLUSH_AT_END_MS, options.buckets)
         collector = Collector(spark, (work / "output").as_uri())
         with session_settings(spark, query_settings(partitions, options.split_bytes)):
-            query = (
+            writer = (
                 detected.writeStream.foreachBatch(collector)
                 .option("checkpointLocation", checkpoint)
                 .trigger(availableNow=True)
                 .queryName(f"{QUERY_NAME}-{work.name}")
-                .start()
             )
-            _wait(spark, query, started, progress, options.progress_seconds)
+            query = _run(spark, writer, started, progress, options.progress_seconds)
         error = query.exception()
         if error is not None:
             # Without the plan and offsets Spark appends.
@@ -492,19 +492,22 @@ def backfill(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _wait(
+def _run(
     spark: SparkSession,
-    query: StreamingQuery,
+    writer: DataStreamWriter,
     started: float,
     progress: Callable[[str], None] | None,
     every_s: float | None,
-) -> None:
-    """Wait for the query; every ``every_s`` seconds, a line on its tasks."""
+) -> StreamingQuery:
+    """Start the query (streaming.query_start) and wait for it to end; every
+    ``every_s`` seconds, a line on its tasks, from before its start."""
     if progress is None or every_s is None:
+        query = start_query(writer)
         query.awaitTermination()
-        return
+        return query
     stop = threading.Event()
     tracker = spark.sparkContext.statusTracker()
+    running: list[StreamingQuery] = []
 
     def report() -> None:
         while not stop.wait(every_s):
@@ -512,18 +515,20 @@ def _wait(
             tasks = ", ".join(
                 f"stage {s.stageId} {s.numCompletedTasks}/{s.numTasks} tasks" for s in stages if s is not None
             )
-            done = len([p for p in query.recentProgress if p.numInputRows])
-            progress(
-                f"{time.monotonic() - started:.0f}s: {plural(done, 'batch')} done; "
-                f"{tasks or query.status['message'].lower()}"
-            )
+            query = running[0] if running else None
+            done = len([p for p in query.recentProgress if p.numInputRows]) if query else 0
+            status = query.status["message"].lower() if query else "starting the query"
+            progress(f"{time.monotonic() - started:.0f}s: {plural(done, 'batch')} done; {tasks or status}")
 
     reporter = threading.Thread(target=report, name="backfill-progress", daemon=True)
     reporter.start()
     try:
-        query.awaitTermination()
+        running.append(start_query(writer))
+        running[0].awaitTermination()
+        return running[0]
     except BaseException:
-        query.stop()
+        if running:
+            running[0].stop()
         raise
     finally:
         stop.set()

@@ -28,6 +28,7 @@ from streaming.kafka_source import read_events
 from streaming.listener import JobListener
 from streaming.metrics import Metrics
 from streaming.processor import DetectorProcessor
+from streaming.query_start import start_query
 from streaming.routing import route
 from streaming.schema import OUTPUT_SCHEMA
 from streaming.sinks import Sinks, TopicSink, refuse_compacted_topics
@@ -211,10 +212,9 @@ def start(
     # closes the sinks' producers when the query stops.
     metrics = metrics or Metrics(CollectorRegistry())
     spark.streams.addListener(JobListener(metrics, QUERY_NAME, options.topic, on_terminated=sinks.close))
-    return (
+    return start_query(
         detected.writeStream.foreachBatch(sinks)
         .option("checkpointLocation", options.checkpoint)
         .trigger(processingTime=f"{options.trigger_seconds} seconds")
         .queryName(QUERY_NAME)
-        .start()
     )

@@ -22,6 +22,7 @@ from streaming.broker import EmbeddedBroker
 from streaming.kafka_source import read_events
 from streaming.listener import JobListener
 from streaming.metrics import Metrics
+from streaming.query_start import start_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,13 +80,12 @@ class Run:
             self.rows.extend((r.partition, r.offset, bytes(r.value)) for r in batch.collect())
 
         try:
-            query = (
+            query = start_query(
                 read_events(self.spark, options)
                 .writeStream.foreachBatch(gather)
                 .option("checkpointLocation", str(self.checkpoint))
                 .queryName(name)
                 .trigger(availableNow=True)
-                .start()
             )
             assert query.awaitTermination(WAIT_SECONDS), "the availableNow query did not finish"
             assert query.exception() is None, query.exception()
