@@ -36,6 +36,26 @@ class Claim:
     def latest(self) -> int:
         return self.ts_ms if self.latest_ms is None else self.latest_ms
 
+    def order(self) -> tuple[int, int, int, str, int, int, str]:
+        """Earliest first, then by what the record says, never by arrival: two
+        records of one act at the same millisecond (a node's quorum state and
+        the LeaderChange of its election) arrive in either order when records
+        are re-delivered or files cut, and the alert must cite the same one."""
+        e = self.evidence
+        return (
+            self.ts_ms,
+            self.epoch,
+            self.node,
+            e.kind,
+            _or_minus_one(e.node),
+            _or_minus_one(e.offset),
+            e.summary,
+        )
+
+
+def _or_minus_one(value: int | None) -> int:
+    return -1 if value is None else value
+
 
 @fast_pickle
 @dataclass(slots=True)
@@ -60,11 +80,12 @@ class QuorumView:
     stamped: dict[tuple[int, int], Claim] = field(default_factory=dict)
 
     def claim_is_new(self, node: int, epoch: int, ts_ms: int) -> bool:
-        """Whether :meth:`add_claim` would keep a claim at ``ts_ms``: only each
-        node's earliest in an epoch is kept, and a leader's every metadata fetch
-        claims again, so its evidence need not be built for the others."""
+        """Whether :meth:`add_claim` may keep a claim at ``ts_ms``: only each
+        node's earliest in an epoch is kept (:meth:`Claim.order`), and a
+        leader's every metadata fetch claims again, so its evidence need not be
+        built for the later ones."""
         known = self.claims.get(epoch, {}).get(node)
-        return known is None or ts_ms < known.ts_ms
+        return known is None or ts_ms <= known.ts_ms
 
     def add_claim(
         self, node: int, epoch: int, ts_ms: int, evidence: Evidence, latest_ms: int | None = None
@@ -73,8 +94,10 @@ class QuorumView:
         claim = Claim(node, epoch, ts_ms, evidence, latest_ms)
         if latest_ms is None:
             self.stamped.setdefault((epoch, node), claim)
-        if self.claim_is_new(node, epoch, ts_ms):
-            self.claims.setdefault(epoch, {})[node] = claim
+        by_node = self.claims.setdefault(epoch, {})
+        known = by_node.get(node)
+        if known is None or claim.order() < known.order():
+            by_node[node] = claim
 
     def claims_of(self, epoch: int, node: int) -> list[Claim]:
         """The kept claims of ``node`` leading ``epoch``: its earliest and its stamped one."""
@@ -87,8 +110,9 @@ class QuorumView:
     def add_vote(self, voter: int, candidate: int, epoch: int, ts_ms: int, evidence: Evidence) -> None:
         by_candidate = self.votes.setdefault((voter, epoch), {})
         known = by_candidate.get(candidate)
-        if known is None or ts_ms < known.ts_ms:
-            by_candidate[candidate] = Claim(candidate, epoch, ts_ms, evidence)
+        vote = Claim(candidate, epoch, ts_ms, evidence)
+        if known is None or vote.order() < known.order():
+            by_candidate[candidate] = vote
 
     def add_fetch(self, leader: int, epoch: int, voter: int, ts_ms: int) -> None:
         times = self.fetches.setdefault((leader, epoch), {}).setdefault(voter, [])

@@ -279,7 +279,7 @@ def _ingest_quorum_fetch(cs: ClusterState, env: Envelope, node: int) -> list[Def
 def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None:
     q = cs.quorum
     claims = q.claims.get(epoch, {})
-    first = min(claims.values(), key=lambda c: (c.ts_ms, c.node))
+    first = min(claims.values(), key=Claim.order)
     if first.node != node:
         cs.emit(
             QuorumTwoLeadersInEpoch,
@@ -311,7 +311,7 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
         ]
     reason = None
     if newer:
-        known = min(newer, key=lambda c: (c.ts_ms, c.epoch))
+        known = min(newer, key=Claim.order)
         reason = f"node {known.node} has led epoch {known.epoch} since {iso_utc(known.ts_ms)}"
         evidence = [known.evidence]
     else:
@@ -389,7 +389,7 @@ def _judge_step_down(cs: ClusterState, env: Envelope, node: int, epoch: int) -> 
 
 def _judge_vote(cs: ClusterState, env: Envelope, voter: int, candidate: int, epoch: int) -> None:
     votes = cs.quorum.votes.get((voter, epoch), {})
-    first = min(votes.values(), key=lambda c: (c.ts_ms, c.node))
+    first = min(votes.values(), key=Claim.order)
     if first.node != candidate:
         cs.emit(
             QuorumDoubleVote,

@@ -174,6 +174,40 @@ def test_old_leader_acting_past_grace_after_a_newer_leader_fires_then_resolves(q
     assert [(e.role, e.ts_ms) for e in resolved.evidence] == [("violation", 5000), ("violation", 7000)]
 
 
+def _cited(outcome: Any) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each alert's rule and what its evidence says (not where it was read)."""
+    return [(a.rule, [(e.kind, e.summary) for e in a.evidence]) for a in outcome.alerts]
+
+
+@pytest.mark.violation("QUORUM_ZOMBIE_LEADER")
+def test_a_zombie_alert_cites_the_same_record_of_the_election_whichever_arrives_first(quorum):
+    """Node 2's quorum state and the LeaderChange of its election share a
+    millisecond; re-delivered records or cut files bring them in either order,
+    and the alert must not change (found in a replay of one file given twice)."""
+    lead(quorum, 1000, 1, 5)
+    lead(quorum, 2000, 2, 6)
+    quorum.metadata(2000, s.leader_change(6, 2, VOTERS, [2, 3]))
+    serve_fetch(quorum, 5000, 1, 5, OBSERVER)
+    order = list(range(len(quorum.envelopes)))
+    order[1], order[2] = order[2], order[1]
+    first, second = quorum.run(), quorum.run(order)
+    assert [a.rule for a in first.alerts] == ["QUORUM_ZOMBIE_LEADER"]
+    assert _cited(second) == _cited(first)
+    assert first.alerts[0].evidence[0].kind == "metadata"
+
+
+@pytest.mark.violation("QUORUM_DOUBLE_VOTE")
+def test_a_double_vote_alert_cites_the_same_first_vote_whichever_record_of_it_arrives_first(quorum):
+    """Voter 3's answer granting node 2 its vote and the quorum state it
+    persisted for it share a millisecond."""
+    quorum.request(2000, 3, s.vote(2, 6, True, voter=3))
+    quorum.quorum_state(2000, 3, s.quorum_state(-1, 6, 2, VOTERS))
+    quorum.request(3000, 3, s.vote(1, 6, True, voter=3))
+    first, second = quorum.run(), quorum.run([1, 0, 2])
+    assert [a.rule for a in first.alerts] == ["QUORUM_DOUBLE_VOTE"]
+    assert _cited(second) == _cited(first)
+
+
 @pytest.mark.violation("QUORUM_ZOMBIE_LEADER")
 def test_leader_without_voter_fetches_beyond_the_fetch_timeout_fires_then_resolves(quorum):
     """1.5 x quorum.fetch.timeout.ms (2000 ms by default) = 3000 ms of silence."""
