@@ -118,7 +118,8 @@ def ingest_state(cs: ClusterState, env: Envelope) -> list[Deferred]:
             identity=(epoch, previous[0], env.ts_ms),
             evidence=[previous[1]],
         )
-    q.persisted_epochs[node] = (epoch, evidence)
+    if previous is None or _persisted_rank(epoch, evidence) >= _persisted_rank(*previous):
+        q.persisted_epochs[node] = (epoch, evidence)
     judgments: list[Deferred] = []
     if voted >= 0:
         q.add_vote(node, voted, epoch, env.ts_ms, evidence)
@@ -129,6 +130,14 @@ def ingest_state(cs: ClusterState, env: Envelope) -> list[Deferred]:
     else:
         judgments.append((_judge_step_down, (node, epoch)))
     return judgments
+
+
+def _persisted_rank(epoch: int, evidence: Evidence) -> tuple[int, int, str]:
+    """Which of a node's persisted states is its last: the later, and of two
+    of one millisecond (a vote and then the leader learned, often) the higher
+    epoch, then either by what it says, never by which arrived last:
+    re-delivered records and cut files bring them in either order."""
+    return evidence.ts_ms, epoch, evidence.summary
 
 
 def leader_change(body: dict[str, Any]) -> tuple[int, int]:

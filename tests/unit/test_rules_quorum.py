@@ -39,6 +39,11 @@ def serve_fetch(history: Any, ts_ms: int, leader: int, epoch: int, replica: int)
     history.request(ts_ms, leader, s.quorum_fetch(leader, epoch, replica))
 
 
+def _cited(outcome: Any) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each alert's rule and what its evidence says (not where it was read)."""
+    return [(a.rule, [(e.kind, e.summary) for e in a.evidence]) for a in outcome.alerts]
+
+
 def keys_with_status(outcome: Any) -> list[tuple[Any, ...]]:
     return [(*key, alert.status) for key, alert in zip(outcome.keys, outcome.alerts, strict=True)]
 
@@ -98,6 +103,19 @@ def test_node_persisting_an_older_epoch_is_flagged(quorum):
     outcome = quorum.run()
     assert outcome.keys == [("QUORUM_EPOCH_REGRESSION", 3, 2000, None, None)]
     assert outcome.alerts[0].severity == "critical"
+
+
+@pytest.mark.violation("QUORUM_EPOCH_REGRESSION")
+def test_a_regression_alert_cites_the_same_earlier_state_whichever_of_one_millisecond_arrives_first(quorum):
+    """Node 3 persisted its vote and then the leader it learned in one
+    millisecond; re-delivery brings the two in either order (found in a
+    simulated history whose third was given twice, 2026-11-28)."""
+    quorum.quorum_state(1000, 3, s.quorum_state(-1, 6, 2, VOTERS))
+    quorum.quorum_state(1000, 3, s.quorum_state(2, 6, 2, VOTERS))
+    follow(quorum, 2000, 3, 1, 5)
+    first, second = quorum.run(), quorum.run([1, 0, 2])
+    assert [a.rule for a in first.alerts] == ["QUORUM_EPOCH_REGRESSION"]
+    assert _cited(second) == _cited(first)
 
 
 def test_same_epoch_persisted_again_is_not_a_violation(quorum):
@@ -172,11 +190,6 @@ def test_old_leader_acting_past_grace_after_a_newer_leader_fires_then_resolves(q
     assert firing.alert_id != resolved.alert_id
     assert [e.ts_ms for e in firing.evidence] == [2000, 5000]
     assert [(e.role, e.ts_ms) for e in resolved.evidence] == [("violation", 5000), ("violation", 7000)]
-
-
-def _cited(outcome: Any) -> list[tuple[str, list[tuple[str, str]]]]:
-    """Each alert's rule and what its evidence says (not where it was read)."""
-    return [(a.rule, [(e.kind, e.summary) for e in a.evidence]) for a in outcome.alerts]
 
 
 @pytest.mark.violation("QUORUM_ZOMBIE_LEADER")
