@@ -32,6 +32,7 @@ from streaming.query_start import start_query
 from streaming.routing import route
 from streaming.schema import OUTPUT_SCHEMA
 from streaming.sinks import Sinks, TopicSink, refuse_compacted_topics
+from streaming.spark_home import compiled_spark_home
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,9 +101,11 @@ def spark_session(
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    # Spark starts Python workers from the JVM's environment: use this venv's interpreter.
+    # Spark starts Python workers from the JVM's environment: use this venv's interpreter,
+    # importing its compiled pyspark (streaming/spark_home.py).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_HOME", compiled_spark_home())
     conf = (
         SparkConf()
         .setMaster(master)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from streaming.spark_home import compiled_spark_home
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -28,6 +30,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYSPARK_PYTHON", sys.executable)
         env.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
+        # ... importing the installed, compiled pyspark, not the wheel's zip (streaming/spark_home.py).
+        env.setenv("SPARK_HOME", os.environ.get("SPARK_HOME") or compiled_spark_home())
         env.setenv(
             "PYTHONPATH",
             os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),

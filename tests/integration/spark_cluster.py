@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from streaming.broker import free_port
+from streaming.spark_home import compiled_spark_home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # A condition is often a whole read of a topic by a new consumer (test_job.read_topic):
@@ -30,10 +31,9 @@ POLL_SECONDS = 0.5
 
 
 def spark_home() -> Path:
-    """The pyspark wheel's directory: its ``bin/spark-class`` and ``jars/``."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
+    """The pyspark wheel's Spark home (its ``bin/spark-class`` and ``jars/``), as
+    the job uses it: without the zips its Python workers would import."""
+    return Path(compiled_spark_home())
 
 
 def child_env(**extra: str) -> dict[str, str]:
