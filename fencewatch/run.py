@@ -191,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             shuffle_partitions=args.shuffle_partitions,
             jvm_options=args.jvm_options,
         )
+        spark_log = f"; Spark's log: {log_file}" if log_file else ""
         try:
             query = start(
                 spark,
@@ -198,17 +199,17 @@ def run(args: argparse.Namespace) -> int:
                 console=None if args.quiet else sys.stdout,
                 metrics=obs.metrics,
                 webhooks=obs.webhooks,
+                # As soon as the query runs, before its sources are up (streaming.query_start).
+                on_started=lambda: print(
+                    f"{prog}: reading {args.topic} on {args.bootstrap_servers}, "
+                    f"checkpoint {args.checkpoint}{spark_log}; Ctrl-C stops",
+                    file=sys.stderr,
+                ),
             )
         except (CompactedSinkTopic, LayoutMismatch) as exc:
             spark.stop()
             print(f"{prog}: {exc}", file=sys.stderr)
             return 1
-        spark_log = f"; Spark's log: {log_file}" if log_file else ""
-        print(
-            f"{prog}: reading {args.topic} on {args.bootstrap_servers}, "
-            f"checkpoint {args.checkpoint}{spark_log}; Ctrl-C stops",
-            file=sys.stderr,
-        )
         try:
             if await_query(query):
                 return 130

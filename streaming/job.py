@@ -161,10 +161,12 @@ def start(
     on_alert: Callable[[str], None] | None = None,
     metrics: Metrics | None = None,
     webhooks: Dispatcher | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> StreamingQuery:
     """Start the job; it runs until the returned query is stopped. With
     ``metrics``, the query's progress and the detector's counters feed them;
-    with ``webhooks``, every alert enters its outbox (the caller starts it).
+    with ``webhooks``, every alert enters its outbox (the caller starts it);
+    ``on_started`` is called once the query first runs, before it returns.
     Raises ``CompactedSinkTopic`` if the alerts or dead-letter topic is
     compacted, ``LayoutMismatch`` if the checkpoint has another bucket count."""
     refuse_compacted_topics(
@@ -219,5 +221,6 @@ def start(
         detected.writeStream.foreachBatch(sinks)
         .option("checkpointLocation", options.checkpoint)
         .trigger(processingTime=f"{options.trigger_seconds} seconds")
-        .queryName(QUERY_NAME)
+        .queryName(QUERY_NAME),
+        on_started=on_started,
     )

@@ -20,6 +20,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 log = logging.getLogger(__name__)
@@ -31,13 +33,17 @@ ATTEMPTS = 3
 
 
 def start_query(
-    writer: DataStreamWriter, attempts: int = ATTEMPTS, poll_seconds: float = 0.5
+    writer: DataStreamWriter,
+    attempts: int = ATTEMPTS,
+    poll_seconds: float = 0.5,
+    on_started: Callable[[], None] | None = None,
 ) -> StreamingQuery:
     """``writer.start()``, waiting until the query's sources are initialized; if
     it failed there because its source's Python process connected back too
     late, start it again, up to ``attempts`` starts in all. Returns the query:
-    a failed one if its last start failed, or if it failed for another reason."""
-    query = _started(writer, poll_seconds)
+    a failed one if its last start failed, or if it failed for another reason.
+    ``on_started`` is called once, as soon as the first start returns."""
+    query = _started(writer, poll_seconds, on_started)
     for attempt in range(2, attempts + 1):
         if not _source_worker_late(query):
             return query
@@ -52,10 +58,14 @@ def start_query(
     return query
 
 
-def _started(writer: DataStreamWriter, poll_seconds: float) -> StreamingQuery:
+def _started(
+    writer: DataStreamWriter, poll_seconds: float, on_started: Callable[[], None] | None = None
+) -> StreamingQuery:
     """A started query once it is past its sources' initialization (or ended)."""
     query = writer.start()
     try:
+        if on_started is not None:
+            on_started()
         while query.isActive and query.status["message"].startswith(_INITIALIZING):
             time.sleep(poll_seconds)
     except BaseException:

@@ -27,13 +27,14 @@ from pathlib import Path
 _LEFT_OUT = "python"
 
 
-def compiled_spark_home() -> str:
-    """The directory to use as SPARK_HOME (made once per pyspark install and user)."""
+def compiled_spark_home(parent: str | None = None) -> str:
+    """The directory to use as SPARK_HOME, made once per pyspark install and
+    user in ``parent`` (default: the system's temporary directory)."""
     import pyspark
 
     wheel_home = Path(pyspark.__file__).resolve().parent
     digest = hashlib.sha256(str(wheel_home).encode()).hexdigest()[:12]
-    home = Path(tempfile.gettempdir()) / f"fencewatch-spark-home-{os.getuid()}-{digest}"
+    home = Path(parent or tempfile.gettempdir()) / f"fencewatch-spark-home-{os.getuid()}-{digest}"
     if _links_to(home, wheel_home):
         return str(home)
     # Built aside and renamed into place, so that processes starting at once
