@@ -4,11 +4,11 @@ At a query's start Spark launches the Python process that serves a Python data
 source's stream (`PythonStreamingSourceRunner`, through
 `PythonWorkerFactory.createSimpleWorker`) and waits 10 s for it to connect back:
 a constant in spark-core 4.x (`Selector.select(10000)`), not a setting. Every
-other Python step forks from Spark's daemon, whose wait is 60 s. The process
-imports pyspark and pyarrow before it connects (1.3-2.1 CPU-s on this machine
-kind, quiet); with both cores busy (a cold JVM compiling, a broker, another
-query) it can miss the 10 s, and the query fails with "Python worker failed to
-connect back" while still initializing its sources, before it plans a batch.
+other Python step forks from Spark's daemon, whose wait is 60 s. Launched from
+the wheel's own Spark home that process compiled pyspark from a zip (7-8 CPU-s)
+and missed the 10 s often; streaming/spark_home.py removed that cause, and a
+busy machine can still delay it past the wait. It then fails with "Python
+worker failed to connect back" while still initializing its sources.
 Nothing of the stream was read or committed then, so starting the query again
 from the same checkpoint is the same as Spark's own restart after a failure.
 """
