@@ -618,11 +618,11 @@ class Detector:
         if took_over:
             # The new controller's clock may be off the old one's by anything the
             # election's silence hid (ClockBook.taken_over).
-            cs.clocks.taken_over(clock.step_margin_ms())
+            cs.clocks.taken_over(placed, clock.step_margin_ms())
         elif moved:
             # A step forward (the time moved back) may have been a silence
             # instead, as long as the step: bounds from before allow both.
-            cs.clocks.rebased(clock.step_margin_ms(), max(0, -moved))
+            cs.clocks.rebased(placed, clock.step_margin_ms(), max(0, -moved))
         return placed
 
     def _request(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:

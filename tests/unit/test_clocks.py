@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from detectors.clocks import ClockBook, EvidenceLine, MetadataClock
+from detectors.clocks import ClockBook, ClockInterval, EvidenceLine, MetadataClock
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
@@ -213,7 +213,7 @@ def test_bounds_from_before_a_step_forward_allow_a_silence_as_well():
     clocks.knows(3, 11_530, (PARTITION, "L", 2))
     before = clocks.interval(3, 11_530)
     assert (before.low_ms, before.high_ms) == (-970, 30)
-    clocks.rebased(100, 2950)
+    clocks.rebased(12_000, 100, 2950)  # the step's record, placed at 12_000
     after = clocks.interval(3, 11_530)
     assert (after.low_ms, after.high_ms) == (-970 - 100, 30 + 100 + 2950)
 
@@ -232,7 +232,7 @@ def test_a_take_over_loosens_bounds_from_before_until_the_new_clock_is_bounded()
     clocks.created_epoch((PARTITION, "L", 2), 11_500)
     clocks.knows(3, 11_530, (PARTITION, "L", 2))
     assert (clocks.interval(3, 11_530).low_ms, clocks.interval(3, 11_530).high_ms) == (-970, 30)
-    clocks.taken_over(1000)  # Detector._place_metadata, at a LeaderChange to another controller
+    clocks.taken_over(12_000, 1000)  # Detector._place_metadata, at a LeaderChange to another controller
     assert clocks.interval(3, 11_530).width_ms > 30_000
     # The new controller's clock is 1.5 s behind and the log was silent for 2 s:
     # its first record, stamped 12_000, reaches broker 3 (whose clock is right) at
@@ -254,6 +254,36 @@ def test_a_take_over_loosens_bounds_from_before_until_the_new_clock_is_bounded()
         assert interval.low_ms <= 0 and interval.high_ms == 1480, (at, interval)
     restored = pickle.loads(pickle.dumps(clocks))
     assert restored.interval(3, 13_480) == clocks.interval(3, 13_480)
+
+
+def test_a_moment_judged_before_a_step_is_measured_as_if_the_step_had_not_come():
+    """The metadata log is applied as it arrives, so a take-over can be read
+    before a verdict on an earlier moment is due, or after it. A moment whose
+    verdict reads nothing of the log from the take-over on keeps its frame's
+    interval either way, also from evidence that arrives after the take-over;
+    a moment whose verdict reaches past it gets the loosened interval."""
+
+    def broker_3(take_over_first: bool) -> tuple[ClockBook, ClockInterval]:
+        clocks = book()
+        clocks.created_epoch((PARTITION, "L", 1), 10_000)
+        clocks.knows(3, 10_040, (PARTITION, "L", 1))
+        clocks.created_epoch((PARTITION, "L", 2), 11_500)
+        if take_over_first:
+            clocks.taken_over(20_000, 1000)  # the LeaderChange, placed at 20_000
+        clocks.knows(3, 11_530, (PARTITION, "L", 2))
+        measured = clocks.interval(3, 11_530)
+        if not take_over_first:
+            clocks.taken_over(20_000, 1000)
+        return clocks, measured
+
+    for take_over_first in (False, True):
+        clocks, measured = broker_3(take_over_first)
+        assert (measured.low_ms, measured.high_ms) == (-970, 30), take_over_first
+        # Asked again once the take-over is in: the same (11_530 + 970 + 2000 < 20_000).
+        assert clocks.interval(3, 11_530) == measured
+        assert pickle.loads(pickle.dumps(clocks)).interval(3, 11_530) == measured
+        # A moment whose grace window reaches the take-over: loosened as far as the window.
+        assert clocks.interval(3, 17_500).width_ms > 30_000
 
 
 def test_a_malformed_leader_change_hands_nothing_over_and_is_dead_lettered():
@@ -544,7 +574,7 @@ def test_a_step_of_the_metadata_clock_loosens_the_evidence_before_it():
     clocks = book()
     clocks.caused(3000, 9_998, 10_003, (PARTITION, "P", 5))
     clocks.created_epoch((PARTITION, "P", 5), 10_000)
-    clocks.rebased(100)
+    clocks.rebased(10_500, 100)
     interval = clocks.interval(3000, 10_003)
     assert (interval.low_ms, interval.high_ms) == (-102, 103)
     clocks.knows(3, 10_500, (PARTITION, "P", 5))
@@ -575,7 +605,7 @@ def test_a_request_about_a_record_from_before_a_take_over_bounds_as_if_it_had_co
                 clocks.knows(4, arrival, (PARTITION, "L", epoch))
 
         read_lines(broker_4_lines[:read_before_take_over])
-        clocks.taken_over(1000)
+        clocks.taken_over(12_000, 1000)
         if read == "after it":
             read_lines(broker_4_lines[read_before_take_over:])
         clocks.created_epoch((PARTITION, "L", 3), 12_000)  # the new clock, 1.5 s behind

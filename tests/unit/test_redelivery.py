@@ -123,6 +123,10 @@ def test_any_cut_into_files_in_any_order_gives_the_clean_alerts(seed, fault_rate
 # records its requests knew were forgotten at the take-over, so it stayed
 # unmeasured, taken to agree, and raised 444 false alarms (found 2026-11-27).
 @example(seed=407, clock="5=+4s", shuffle_seed=310)
+# A take-over read before a broker's StopReplica answer was due in one order and
+# after it in the other: the loosened interval made the verdict clock uncertain,
+# and 3 of 26 alerts were missed (CI, 2026-11-28; ClockBook.interval's views).
+@example(seed=9213534, clock="3=+3s", shuffle_seed=1057)
 def test_overlapping_pieces_of_a_history_with_a_clock_3s_off_give_the_clean_alerts(seed, clock, shuffle_seed):
     # A node 3 s ahead makes a file's newest record 3 s newer than its other
     # nodes' unread ones: pieces merged by their newest time applied metadata
