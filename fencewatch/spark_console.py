@@ -25,10 +25,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOG_NAME = "fencewatch-spark.log"
-# The line of a streaming.kafka_source.KafkaSourceError (or subclass) in the
-# traceback Spark wraps around a failure of the Python source (planning on the
-# driver, reading on executors).
-_SOURCE_ERROR = re.compile(r"^streaming\.kafka_source\.\w+: (.+)$", re.MULTILINE)
+# The line of a streaming.kafka_source.KafkaSourceError (or subclass) or a
+# streaming.sinks.DeliveryFailed in the traceback Spark wraps around a failure
+# of the Python source (planning on the driver, reading on executors) or of
+# the sinks (foreachBatch, on the driver).
+_SOURCE_ERROR = re.compile(r"^streaming\.(?:kafka_source|sinks)\.\w+: (.+)$", re.MULTILINE)
 # A Python traceback's last line ("EOFError", "ValueError: bad"), and its frames.
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)(?:: .*)?$")
 _OUR_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)$')

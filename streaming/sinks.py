@@ -41,8 +41,24 @@ BATCH_HEADER = "fencewatch-batch"
 BROKER_TIMEOUT_S = 30.0
 
 
+class _DebugLog:
+    """confluent-kafka's logger interface, sending librdkafka's lines to this
+    module's logger at DEBUG (``fencewatch --verbose`` shows them) whatever
+    their level: a connection's failure is an error line, several a second
+    while a broker is down, which Python's last-resort handler would print;
+    the sinks' own error names the cause once."""
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        log.debug(msg, *args)
+
+
+_DEBUG_LOG = _DebugLog()
+
+
 class DeliveryFailed(RuntimeError):
-    """Raised from foreachBatch so Spark fails the batch rather than commit it."""
+    """Raised from foreachBatch so Spark fails the batch rather than commit it.
+    One line, ``<what> -- <what to do>``, which ``fencewatch run`` prints as
+    the job's error (fencewatch.spark_console)."""
 
 
 class CompactedSinkTopic(ValueError):
@@ -55,8 +71,7 @@ def refuse_compacted_topics(
     """Raise :class:`CompactedSinkTopic` if one of ``topics`` has a ``cleanup.policy``
     with ``compact``. A topic that does not exist yet is created by the first
     publish with the broker's default policy and checked at the next start."""
-    # librdkafka's log lines to this module's logger, not the console (fencewatch --verbose shows them).
-    settings: dict[str, Any] = {**kafka_config, "bootstrap.servers": bootstrap_servers, "logger": log}
+    settings: dict[str, Any] = {**kafka_config, "bootstrap.servers": bootstrap_servers, "logger": _DEBUG_LOG}
     admin = AdminClient(settings)
     futures = admin.describe_configs(
         [ConfigResource(ResourceType.TOPIC, topic) for topic in dict.fromkeys(topics)],
@@ -101,12 +116,14 @@ class TopicSink:
         self._delivered: set[str] = set()
         self._producer: Producer | None = None
         self._reader: Consumer | None = None
+        self._client_error: str | None = None  # the latest error librdkafka reported, for messages
 
     def _consumer(self) -> Consumer:
         if self._reader is None:
             self._reader = Consumer(
                 {
                     **self.kafka_config,
+                    **self._quiet(),
                     "bootstrap.servers": self.bootstrap_servers,
                     "group.id": "fencewatch-sink-recovery",
                     "enable.auto.commit": False,
@@ -117,20 +134,30 @@ class TopicSink:
             )
         return self._reader
 
+    def _quiet(self) -> dict[str, Any]:
+        """Client settings that keep librdkafka's connection failures off the
+        console (several lines a second while a broker is down; ``--verbose``
+        shows them) and keep its latest error for this sink's messages."""
+
+        def on_error(error: KafkaError) -> None:
+            self._client_error = error.str()
+
+        return {"logger": _DEBUG_LOG, "error_cb": on_error}
+
     def _partitions(self) -> list[int]:
         """The topic's partitions; [] while it does not exist."""
         try:
             meta = self._consumer().list_topics(self.topic, timeout=self.timeout_s).topics.get(self.topic)
         except KafkaException as exc:
             raise DeliveryFailed(
-                f"cannot read the metadata of topic {self.topic}: {exc.args[0].str()}; check that "
+                f"cannot read the metadata of topic {self.topic}: {exc.args[0].str()} -- check that "
                 "--bootstrap-servers is reachable and the job may Describe and Read the topic"
             ) from None
         if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             return []
         if meta.error is not None:
             raise DeliveryFailed(
-                f"cannot read topic {self.topic}: {meta.error.str()}; check that the job may Describe and "
+                f"cannot read topic {self.topic}: {meta.error.str()} -- check that the job may Describe and "
                 "Read it"
             )
         return sorted(meta.partitions)
@@ -150,7 +177,7 @@ class TopicSink:
                 )
             except KafkaException as exc:
                 raise DeliveryFailed(
-                    f"cannot list the offsets of {self.topic}[{partition}]: {exc.args[0].str()}; check "
+                    f"cannot list the offsets of {self.topic}[{partition}]: {exc.args[0].str()} -- check "
                     "that the broker is reachable and the job may Describe the topic"
                 ) from None
             watermarks[partition] = (int(low), int(high))
@@ -220,7 +247,7 @@ class TopicSink:
                 if msg is None:
                     raise DeliveryFailed(
                         f"timed out after {self.timeout_s:.0f}s reading topic {self.topic} back from "
-                        f"offsets {dict(starts)} (-2: the log start) {purpose}; check that the broker "
+                        f"offsets {dict(starts)} (-2: the log start) {purpose} -- check that the broker "
                         f"is reachable and {may_read}"
                     )
                 error = msg.error()
@@ -229,7 +256,7 @@ class TopicSink:
                         remaining.discard(msg.partition())
                         continue
                     raise DeliveryFailed(
-                        f"reading topic {self.topic} back failed: {error.str()}; check that {may_read}"
+                        f"reading topic {self.topic} back failed: {error.str()} -- check that {may_read}"
                     )
                 if ends is not None:
                     partition, offset = msg.partition(), msg.offset()
@@ -254,6 +281,7 @@ class TopicSink:
             self._producer = Producer(
                 {
                     **self.kafka_config,
+                    **self._quiet(),
                     "bootstrap.servers": self.bootstrap_servers,
                     "enable.idempotence": True,
                     "linger.ms": 5,
@@ -276,7 +304,13 @@ class TopicSink:
             self._producer.poll(0)
         left = self._producer.flush(self.timeout_s)
         if errors or left:
-            raise DeliveryFailed(f"{len(errors) + left} records to {self.topic} not delivered: {errors[:3]}")
+            why = "; ".join(dict.fromkeys(errors[:3])) or self._client_error or "no answer from the broker"
+            raise DeliveryFailed(
+                f"{len(errors) + left} record(s) to topic {self.topic} not delivered within "
+                f"{self.timeout_s:.0f}s: {why} -- check that the brokers are up and reachable from the Spark "
+                "driver and the job may Write the topic; started again with the same checkpoint, the job "
+                "publishes them then"
+            )
         self._delivered.update(row.id for row in rows)
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ would run first.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,6 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from test_job import read_topic
 
+from fencewatch.spark_console import query_failed
 from streaming.broker import EmbeddedBroker, free_port
 from streaming.delivery_ledger import MARKS_DIRECTORY, DeliveryLedger, PublishMark
 from streaming.schema import ALERT, DEAD_LETTER, OUTPUT_SCHEMA
@@ -214,15 +216,91 @@ def test_a_topic_recreated_since_the_mark_is_read_back_whole(
     assert ids(broker, alerts) == ["a4", "a5"]
 
 
-def test_a_read_back_that_cannot_reach_the_broker_fails_naming_the_topic() -> None:
-    sink = TopicSink(f"127.0.0.1:{free_port()}", "fencewatch-alerts", {}, timeout_s=2)
+def test_a_sink_that_cannot_reach_the_broker_fails_in_one_line_and_keeps_librdkafka_quiet(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reading back and publishing, each fails with the sink's one line
+    (``<what> -- <what to do>``, naming the topic and librdkafka's cause); the
+    clients' failed connections, several log lines a second, stay off stderr,
+    and are logged at DEBUG only (at ERROR, Python's last-resort handler would
+    print them in a job that configures no logging)."""
+    caplog.set_level(logging.DEBUG, logger="streaming.sinks")
+    from pyspark.sql import Row
+
+    dead = f"127.0.0.1:{free_port()}"
+    sink = TopicSink(dead, "fencewatch-alerts", {}, timeout_s=2)
     try:
-        with pytest.raises(
-            DeliveryFailed, match=r"topic fencewatch-alerts: .*--bootstrap-servers is reachable"
-        ):
+        with pytest.raises(DeliveryFailed) as reading:
             sink.recover({})
+        with pytest.raises(DeliveryFailed) as publishing:
+            sink.publish([Row(cluster="c1", payload="{}", id="a1")], 0)
     finally:
         sink.close()
+    assert re.fullmatch(
+        r"cannot read the metadata of topic fencewatch-alerts: .+ -- check that --bootstrap-servers is "
+        r"reachable and the job may Describe and Read the topic",
+        str(reading.value),
+    )
+    assert re.fullmatch(
+        r"1 record\(s\) to topic fencewatch-alerts not delivered within 2s: .*Connect to ipv4#"
+        + re.escape(dead)
+        + r" failed: Connection refused.* -- check that the brokers are up and reachable from the Spark "
+        r"driver and the job may Write the topic; started again with the same checkpoint, the job "
+        r"publishes them then",
+        str(publishing.value),
+    )
+    assert "Connect to" not in capfd.readouterr().err
+    connecting = [r for r in caplog.records if "Connect to" in r.getMessage()]
+    assert connecting and {r.levelno for r in connecting} == {logging.DEBUG}
+
+
+def test_a_sink_failing_in_a_query_ends_the_job_with_its_one_line(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """What ``fencewatch run`` prints when its sinks lose the broker under a
+    running query: Spark wraps the sink's error in a foreachBatch failure and a
+    stack trace, and the command prints the sink's line (query_failed)."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import functions as F
+
+    dead = f"127.0.0.1:{free_port()}"
+    sinks = Sinks(
+        TopicSink(dead, "fencewatch-alerts", {}, timeout_s=2),
+        TopicSink(dead, "fencewatch-dead-letters", {}, timeout_s=2),
+        DeliveryLedger(spark, str(tmp_path / "ck")),
+        console=None,
+    )
+    alerts = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 5)
+        .load()
+        .select(
+            F.lit(ALERT).alias("record_type"),
+            F.lit("c1").alias("cluster"),
+            F.concat(F.lit("a"), F.col("value").cast("string")).alias("id"),
+            F.col("value").alias("ts_ms"),
+            F.lit(None).cast("int").alias("source_partition"),
+            F.lit(None).cast("long").alias("source_offset"),
+            F.lit("{}").alias("payload"),
+        )
+    )
+    query = alerts.writeStream.foreachBatch(sinks).option("checkpointLocation", str(tmp_path / "ck")).start()
+    try:
+        with pytest.raises(StreamingQueryException) as failed:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+        sinks.close()
+    with pytest.raises(SystemExit) as ended:
+        query_failed("fencewatch run", failed.value, "spark.log", False, "see the log")
+    line = str(ended.value)
+    assert "\n" not in line
+    assert re.fullmatch(
+        r"fencewatch run: the streaming job stopped: cannot read the metadata of topic fencewatch-alerts: "
+        r".+ -- check that --bootstrap-servers is reachable and the job may Describe and Read the topic; "
+        r"details in spark\.log",
+        line,
+    ), line
 
 
 def test_publish_marks_keep_the_first_of_a_batch_and_skip_unreadable_ones(
