@@ -318,7 +318,7 @@ class ClockBook:
         # version then, the node times [from, to) of the bucket it holds for, the
         # interval): valid while the line's version is unchanged.
         self._cache: dict[
-            tuple[int | None, int, int | None], tuple[EvidenceLine, int, int, int, ClockInterval]
+            tuple[int | None, int, int | None], tuple[EvidenceLine, int, int, int, ClockInterval | None]
         ] = {}
         # Since the newest take-over: each node's lowest offset before it (those
         # measured tightly), the buckets each line had then, and how far up those
@@ -575,24 +575,43 @@ class ClockBook:
         (estimated at the earliest of them), so the answer never depends on which
         time was asked first or whether the cache survived a restart.
 
-        Nor on whether a step of the metadata log's clock came in before it was
-        asked: a moment whose verdict reads nothing of the log from a step on
-        (up to the grace window past the latest moment its interval allows) is
-        measured by the evidence of the frame that step ended, as if the step
-        had not come. The log is applied as it arrives, so a take-over read
-        before such a verdict was due had made it clock uncertain in one arrival
-        order and judged it in another (tests/unit/test_redelivery.py)."""
-        if node is not None:
-            for frame, at_ms, lines in self.views:
-                interval = self._interval_in(lines, node, ts_ms, frame)
-                if ts_ms - interval.low_ms + self.ahead_ms < at_ms:
-                    return interval
-        return self._interval_in(self.lines, node, ts_ms, None)
+        Nor, where the frame measured it tightly, on whether a step of the
+        metadata log's clock came in before it was asked. The log is applied as
+        it arrives, so a take-over read before a verdict on an earlier moment
+        was due loosened its interval past the clock limit (clock uncertain),
+        and the same verdict made before the take-over was read was judged
+        (tests/unit/test_redelivery.py). A moment whose verdict reads nothing of
+        the log from a step on (the grace window past the latest moment its
+        interval allows ends before the step's record, by the evidence as it
+        stands and by the frame's) is measured by the frame's view, if that
+        measures it tightly. A loose estimate is left to the evidence as it
+        stands: it leans on evidence up to the clock window ahead
+        (``_across_cuts``), which a view lacks past its step; so does a tight one
+        that only old epochs' requests make look corroborated."""
+        current = self._interval_in(self.lines, node, ts_ms, None)
+        if node is None or not self.views:
+            return current
+        for frame, at_ms, lines in self.views:
+            if ts_ms - current.low_ms + self.ahead_ms >= at_ms:
+                continue
+            view = self._interval_in(lines, node, ts_ms, frame)
+            if view is not None and ts_ms - view.low_ms + self.ahead_ms < at_ms:
+                return view
+        return current
 
+    @overload
+    def _interval_in(
+        self, lines: dict[int, EvidenceLine], node: int | None, ts_ms: int, frame: None
+    ) -> ClockInterval: ...
+    @overload
+    def _interval_in(
+        self, lines: dict[int, EvidenceLine], node: int | None, ts_ms: int, frame: int
+    ) -> ClockInterval | None: ...
     def _interval_in(
         self, lines: dict[int, EvidenceLine], node: int | None, ts_ms: int, frame: int | None
-    ) -> ClockInterval:
-        """:meth:`interval` from ``lines``: a frame's view (``frame``), or the evidence as it stands."""
+    ) -> ClockInterval | None:
+        """:meth:`interval` from ``lines``: the evidence as it stands (``frame``
+        None), or a frame's view, tight estimates only (else None)."""
         # Looked up about four times per event: a hit costs one dict look-up and
         # a range check. A node without a line (or None) is never cached.
         bucket = ts_ms // BUCKET_MS
@@ -602,12 +621,12 @@ class ClockBook:
             return cached[4]
         line = lines.get(node) if node is not None else None
         if line is None or node is None:
-            return ASSUMED
+            return ASSUMED if frame is None else None
         segment = line.segment(ts_ms)
         if segment is None:
-            return UNKNOWN
+            return UNKNOWN if frame is None else None
         start = max(bucket * BUCKET_MS, segment[0])
-        result = self._estimate(line, start)
+        result = self._estimate(line, start, tight_only=frame is not None)
         if len(self._cache) > 65536:
             self._cache.clear()
         self._cache[key] = (
