@@ -25,6 +25,8 @@ _TELLING = ("_AUTHENTICATION", "_SSL", "_RESOLVE", "_TRANSPORT", "_TIMED_OUT")
 # A connection's failure as librdkafka reports it: "<broker>/<id>: <what>", in a
 # log line after the thread's name: "[thrd:<broker>/<id>]: <broker>/<id>: <what>".
 _BROKER_PREFIX = re.compile(r"^(?:\[thrd:[^\]]*\]: )?\S+/(?:bootstrap|\d+): ")
+# What librdkafka adds to an error that repeated within a second; the cause is the same.
+_SUPPRESSED = re.compile(r", \d+ identical error\(s\) suppressed")
 
 
 class ClientErrors:
@@ -61,7 +63,14 @@ class ClientErrors:
         """Why no broker answers, in librdkafka's words without the broker prefix; None if unknown."""
         for name in _TELLING:
             if name in self.errors:
-                return _BROKER_PREFIX.sub("", self.errors[name])
+                return _plain(self.errors[name])
         if self.failure is not None:
-            return _BROKER_PREFIX.sub("", self.failure)
+            return _plain(self.failure)
         return self.errors.get("_ALL_BROKERS_DOWN")
+
+
+def _plain(text: str) -> str:
+    """librdkafka's error text without the broker it names first (the message
+    names the hosts) or the count of repeats it suppressed (which varies from
+    one run to the next)."""
+    return _SUPPRESSED.sub("", _BROKER_PREFIX.sub("", text))
