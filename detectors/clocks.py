@@ -411,9 +411,9 @@ class ClockBook:
         if rise == up:
             return
         # Views of frames ended after the take-over hold its loosening too.
-        later = [
-            lines for frame, _, lines in self.views if self._takeover is not None and frame > self._takeover
-        ]
+        takeover = self._takeover
+        assert takeover is not None  # set with self.unsettled (taken_over)
+        later = [lines for frame, _, lines in self.views if frame > takeover]
         for node, loosened in buckets.items():
             for lines in (self.lines, *later):
                 line = lines.get(node)
