@@ -288,9 +288,13 @@ class TopicSink:
                 }
             )
         errors: list[str] = []
+        delivered = 0
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
-            if err is not None:
+            nonlocal delivered
+            if err is None:
+                delivered += 1
+            else:
                 errors.append(str(err))
 
         for row in rows:
@@ -302,11 +306,14 @@ class TopicSink:
                 on_delivery=on_delivery,
             )
             self._producer.poll(0)
-        left = self._producer.flush(self.timeout_s)
-        if errors or left:
+        # Count what the delivery reports say, not what flush returns: its
+        # queue length also counts the error and log events still queued
+        # (rd_kafka_outq_len), so one record against a dead broker read as 3.
+        self._producer.flush(self.timeout_s)
+        if delivered < len(rows):
             why = "; ".join(dict.fromkeys(errors[:3])) or self._client_error or "no answer from the broker"
             raise DeliveryFailed(
-                f"{len(errors) + left} record(s) to topic {self.topic} not delivered within "
+                f"{len(rows) - delivered} record(s) to topic {self.topic} not delivered within "
                 f"{self.timeout_s:.0f}s: {why} -- check that the brokers are up and reachable from the Spark "
                 "driver and the job may Write the topic; started again with the same checkpoint, the job "
                 "publishes them then"
