@@ -353,8 +353,12 @@ class ClockBook:
         only as well as the true gap between their records is guessed, within
         ``margin_ms``; after a step forward, which may as well have been a silence
         (a fail-over's election) as far as the log shows, up to ``up_ms`` more
-        the other way. Every bound measured before is loosened by them, and the
-        claims waiting for records are forgotten. The records of before are
+        the other way. Every bound measured before is loosened by them. Claims
+        still waiting for their records keep waiting: a record applied after the
+        step was written after it, so the bound it completes is of the new frame,
+        as when the request is read after the record (forgotten, a claim read
+        first bounded nothing, and a node's evidence depended on which piece of
+        the input came first). The records of before are
         kept apart: a request that knew one and arrives after the step (a
         broker's log shipped late, or held back by replay's merge while its
         clock runs ahead) bounds its node's clock as loosely as if it had
@@ -377,8 +381,6 @@ class ClockBook:
         self.frame += 1
         self.created.clear()
         self.created_late.clear()
-        self.waiting.clear()
-        self._waiting_order.clear()
 
     def taken_over(self, at_ms: int, margin_ms: int) -> None:
         """Another controller's clock stamps the metadata log from here on (a

@@ -218,6 +218,36 @@ def test_bounds_from_before_a_step_forward_allow_a_silence_as_well():
     assert (after.low_ms, after.high_ms) == (-970 - 100, 30 + 100 + 2950)
 
 
+def test_a_claim_waiting_across_a_step_bounds_the_new_frame_when_its_record_comes():
+    """Broker 3's request knew leader epoch 3 before the log read so far had
+    it; then the log's clock took a step, and the record came after it. The
+    record was written after the step, so the claim bounds broker 3 in the new
+    frame, as it does when the request is read after the record: what the
+    evidence says does not depend on which piece of the input came first.
+    Forgotten at the step, it left broker 3's bound in that half-second to
+    whichever other request came after (a simulated history replayed once and
+    twice, seed 10: controller 3001's bound -277 ms in one order, -145 ms in
+    the other)."""
+
+    def broker_3(claim_first: bool) -> tuple[ClockInterval, tuple[int, int | None] | None]:
+        clocks = book()
+        clocks.created_epoch((PARTITION, "L", 1), 10_000)
+        clocks.knows(3, 10_040, (PARTITION, "L", 1))
+        clocks.created_epoch((PARTITION, "L", 2), 11_500)
+        clocks.knows(3, 11_530, (PARTITION, "L", 2))
+        if claim_first:
+            clocks.knows(3, 12_130, (PARTITION, "L", 3))
+        clocks.rebased(12_000, 100)  # the step's record, placed at 12_000
+        clocks.created_epoch((PARTITION, "L", 3), 12_100)
+        if not claim_first:
+            clocks.knows(3, 12_130, (PARTITION, "L", 3))
+        return clocks.interval(3, 12_130), clocks.lines[3].high.get(24)
+
+    read_after, bound = broker_3(claim_first=False)
+    assert bound == (30, 12_100)  # 12_130 - 12_100, in the new frame
+    assert broker_3(claim_first=True) == (read_after, bound)
+
+
 def test_a_take_over_loosens_bounds_from_before_until_the_new_clock_is_bounded():
     """A fail-over's election silence can hide a step back of the log's clock
     as long as the silence. Until a node measured before is bounded by a record
