@@ -339,6 +339,29 @@ def test_a_moment_after_a_step_is_measured_by_the_new_frame_not_a_view_of_stale_
     assert measured.low_ms <= 0 <= measured.high_ms <= 30, measured
 
 
+def test_a_moment_a_view_measures_only_loosely_is_measured_by_the_evidence_as_it_stands():
+    """Controller 3000 runs 3 s behind. The only request in reach of 7_000, a
+    moment before a silence in its own log, is loose: it knew an epoch 100 ms
+    after the record, which bounds the clock from above only. Past the silence,
+    in the frame after a step of the log's clock, it is measured tightly at
+    -3.1..-2.9 s. A loose estimate reaches to such a measure just across a cut
+    (``_across_cuts``), which the view before the step lacks: measured by the
+    view, 7_000 would be placed at -1.0..+0.1 s, its true offset outside."""
+    clocks = book()
+    clocks.saw(3000, 6_500)
+    clocks.created_epoch((PARTITION, "L", 1), 6_900)
+    clocks.saw(3000, 7_000)
+    clocks.knows(3000, 7_000, (PARTITION, "L", 1))
+    clocks.saw(3000, 9_000)  # after a silence of 2 s: a cut
+    clocks.rebased(13_000, 100)  # the step's record, placed at 13_000
+    clocks.caused(3000, 10_400, 10_600, (PARTITION, "L", 2))
+    clocks.created_epoch((PARTITION, "L", 2), 13_500)
+    after = clocks.interval(3000, 10_500)
+    assert (after.low_ms, after.high_ms, after.low_measured) == (-3100, -2900, True)
+    before_the_cut = clocks.interval(3000, 7_000)
+    assert before_the_cut.low_ms <= -3100 and before_the_cut.high_ms >= 100, before_the_cut
+
+
 def test_a_malformed_leader_change_hands_nothing_over_and_is_dead_lettered():
     """The take-over reads the record as the quorum rule does (rules.quorum.leader_change):
     one it cannot read changes no clock, and the rule dead-letters it with the reason."""
