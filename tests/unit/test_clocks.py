@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from detectors.clocks import ClockBook, ClockInterval, EvidenceLine, MetadataClock
+from detectors.clocks import BUCKET_MS, ClockBook, ClockInterval, EvidenceLine, MetadataClock
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
@@ -241,7 +241,7 @@ def test_a_claim_waiting_across_a_step_bounds_the_new_frame_when_its_record_come
         clocks.created_epoch((PARTITION, "L", 3), 12_100)
         if not claim_first:
             clocks.knows(3, 12_130, (PARTITION, "L", 3))
-        return clocks.interval(3, 12_130), clocks.lines[3].high.get(24)
+        return clocks.interval(3, 12_130), clocks.lines[3].high.get(12_130 // BUCKET_MS)
 
     read_after, bound = broker_3(claim_first=False)
     assert bound == (30, 12_100)  # 12_130 - 12_100, in the new frame
