@@ -60,28 +60,38 @@ class RecentIds:
     forgotten once its window closes: memory follows the event rate times the
     window, not the history."""
 
-    __slots__ = ("_ids", "_order")
+    __slots__ = ("_far", "_ids", "_order")
 
     def __init__(self) -> None:
         self._ids: dict[bytes, int] = {}
         self._order: deque[tuple[int, bytes]] = deque()  # (forget after this watermark, id)
+        # Identities kept the clock limit longer (``far``), in order apart: in the
+        # one queue, each would hold back the forgetting of every later identity.
+        self._far: deque[tuple[int, bytes]] = deque()
 
-    def add(self, identity: bytes, until_ms: int) -> bool:
-        """Remember ``identity`` until the watermark passes ``until_ms``.
+    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
+        for name, value in state[1].items():
+            setattr(self, name, value)
+        if "_far" not in state[1]:
+            self._far = deque()  # saved before far identities existed
+
+    def add(self, identity: bytes, until_ms: int, far: bool = False) -> bool:
+        """Remember ``identity`` until the watermark passes ``until_ms``; ``far``:
+        the clock limit past the grace window (a record whose clock is unmeasured).
         False if it is remembered already (a re-delivery)."""
         if identity in self._ids:
             return False
         self._ids[identity] = until_ms
-        self._order.append((until_ms, identity))
+        (self._far if far else self._order).append((until_ms, identity))
         return True
 
     def forget(self, watermark_ms: float) -> None:
         # Arrival order is ts order within lateness: an entry that expires later
         # than its successors only stays a little longer than it must.
-        order = self._order
-        while order and order[0][0] < watermark_ms:
-            _, identity = order.popleft()
-            del self._ids[identity]
+        for order in (self._order, self._far):
+            while order and order[0][0] < watermark_ms:
+                _, identity = order.popleft()
+                del self._ids[identity]
 
     def __len__(self) -> int:
         return len(self._ids)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import random
+from collections import deque
 from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
@@ -28,7 +29,7 @@ from detectors.envelope import DeadLetter, DeadLetterClass, Envelope, envelope_f
 from detectors.errors import KafkaError
 from detectors.merge import merge_sources
 from detectors.parse_remote_log_metadata import iter_remote_log_metadata
-from detectors.redelivery import Arrival, OffsetOrder, PartitionedOffsetOrder
+from detectors.redelivery import Arrival, OffsetOrder, PartitionedOffsetOrder, RecentIds
 from detectors.sources import read_envelopes
 from producers import shapes as s
 from producers.sim_clocks import ClockFault, parse_clock
@@ -288,6 +289,27 @@ def test_one_line_delivered_three_times_is_judged_once(cluster):
     outcome = cluster.run()
     assert outcome.counters.duplicates == 2
     assert len(outcome.alerts) == 1
+
+
+def test_identities_kept_the_clock_limit_longer_hold_back_the_forgetting_of_no_other():
+    ids = RecentIds()
+    assert ids.add(b"unmeasured clock", 42_000, far=True)
+    assert ids.add(b"measured clock", 12_000)
+    ids.forget(12_001)
+    assert len(ids) == 1
+    assert not ids.add(b"unmeasured clock", 42_000, far=True)  # still a re-delivery
+    ids.forget(42_001)
+    assert len(ids) == 0
+
+
+def test_recent_identities_saved_before_far_ones_existed_load_and_keep_far_ones():
+    saved = (None, {"_ids": {b"old": 5_000}, "_order": deque([(5_000, b"old")])})
+    ids = RecentIds.__new__(RecentIds)
+    ids.__setstate__(saved)
+    assert not ids.add(b"old", 5_000)
+    assert ids.add(b"new", 40_000, far=True)
+    ids.forget(5_001)
+    assert len(ids) == 1
 
 
 def test_equal_metadata_records_at_different_offsets_are_both_applied(cluster):
