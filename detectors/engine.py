@@ -640,6 +640,12 @@ class Detector:
             # A step forward (the time moved back) may have been a silence
             # instead, as long as the step: bounds from before allow both.
             cs.clocks.rebased(placed, clock.step_margin_ms(), max(0, -moved))
+        if took_over or moved:
+            # Every source's time in the log's clock moved with the evidence: a
+            # watermark worked out before is of the frame that ended, up to the
+            # step ahead of this one, and refused its first requests as too late
+            # (a fail-over after a 5 s silence: the new controller's AlterPartition).
+            self._refresh_watermark(cs, None)
         return placed
 
     def _request(self, cs: _Cluster, env: Envelope, home: bool) -> list[Deferred]:

@@ -707,6 +707,32 @@ def test_an_uncertain_clock_is_counted_not_judged():
     assert detector.counters.unverified.get(UnverifiedReason.CLOCK_UNCERTAIN.value, 0) > 0
 
 
+def test_the_watermark_is_worked_out_anew_when_the_logs_clock_steps():
+    """A fail-over after a 5 s silence: the new controller's first records are
+    placed about 5 s before their stamps (the log's clock made continuous), and
+    every clock's evidence is loosened (ClockBook.taken_over). The watermark
+    worked out as such a record arrived, from its stamp and the evidence
+    before it, was of the frame that had ended: seconds ahead of the new one,
+    until the next refresh. In the silence grid (5 s, 3001's clock right) the
+    new controller's AlterPartition 0.4 s after the take-over was refused as
+    too late, a violation missed."""
+    sim = Simulator(SimConfig(seed=1, failovers=(Failover(5_000, to=3001, silence_ms=5000),)))
+    detector = Detector(MEASURING, now_ms=lambda: 0)
+    steps = []
+    for i, (_, raw) in enumerate(sim.timed_events(60_000)):
+        env = envelope_from_obj(raw, f"sim:{i}", i)
+        cs = detector.clusters.get(env.cluster)
+        shift = cs.metadata_clock.shift_ms if cs is not None else 0
+        detector.ingest(env)
+        cs = detector.clusters[env.cluster]
+        if env.kind == "metadata" and cs.metadata_clock.shift_ms != shift:
+            as_arrived = cs.watermark
+            detector._refresh_watermark(cs, None)  # from every source's time, as it stands now
+            steps.append((cs.metadata_clock.shift_ms - shift, as_arrived == cs.watermark))
+    assert steps and steps[0][0] < -4000, steps  # the silence, taken for a step
+    assert all(same for _, same in steps), steps
+
+
 START_MS = 1_763_720_000_000
 
 
