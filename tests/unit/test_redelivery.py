@@ -18,6 +18,7 @@ from itertools import pairwise
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
@@ -132,17 +133,40 @@ def test_overlapping_pieces_of_a_history_with_a_clock_3s_off_give_the_clean_aler
     # A node 3 s ahead makes a file's newest record 3 s newer than its other
     # nodes' unread ones: pieces merged by their newest time applied metadata
     # records out of offset order and raised thousands of false alarms.
+    clean, alerts, detector, letters, repeated = overlapping_pieces(seed, clock, shuffle_seed)
+    assert clean, "no alert to compare"
+    assert letters == []
+    assert _verdicts(alerts) == _verdicts(clean)
+    assert detector.counters.duplicates == repeated
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a claim is taken for stale when the next epoch's record was applied before the request "
+    "was read (ClockBook._claim's fresh): docs/performance.md, 'An unmeasured clock's records...'",
+)
+def test_pieces_that_read_the_log_ahead_of_a_fast_brokers_lines_miss_no_verdict():
+    """Found in 40 more draws of the property above (2026-12-06): broker 5, 4 s
+    ahead; in the pieces its claims corroborate nothing, its interval stays
+    -1.0..+4.0 s, and a STOP_REPLICA_CURRENT_EPOCH_REJECTED is missed."""
+    clean, alerts, _, _, _ = overlapping_pieces(8075138, "5=+4s", 7163094)
+    assert _verdicts(alerts) == _verdicts(clean)
+
+
+def overlapping_pieces(
+    seed: int, clock: str, shuffle_seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Detector, list[DeadLetter], int]:
+    """A 16,000-event history with one clock off, replayed whole and as four
+    overlapping pieces in a random order: the whole's alerts, the pieces'
+    alerts, detector and dead letters, and how many lines the pieces repeat."""
     lines = simulated_lines(seed, 16_000, 0.01, (parse_clock(clock),))
     clean, _, _ = replay([lines], MEASURED)
-    assert clean, "no alert to compare"
     rng = random.Random(shuffle_seed)
     a, b, c = sorted(rng.sample(range(1, len(lines)), 3))
     files = [lines[:b], lines[a:c], lines[b:], lines[a : a + (c - a) // 4]]
     rng.shuffle(files)
     alerts, detector, letters = replay(files, MEASURED)
-    assert letters == []
-    assert _verdicts(alerts) == _verdicts(clean)
-    assert detector.counters.duplicates == (c - a) + (c - a) // 4
+    return clean, alerts, detector, letters, (c - a) + (c - a) // 4
 
 
 @NO_SHRINK
