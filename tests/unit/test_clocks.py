@@ -765,8 +765,8 @@ def test_an_unmeasured_clock_behind_the_log_is_judged_not_refused_as_too_late():
     time less the lateness) once their grace window is added: too late if its
     clock agreed with the log's, in time for an offset of -4 s, which nothing
     rules out. Refused as too late, the double vote was missed
-    (benchmarks/clock_campaign.py, 1M events: controller 3001 3 s behind, and
-    the other sources' measured clocks ahead of the log; 1 of 507 violations)."""
+    (benchmarks/clock_campaign.py, 1M events: controller 3001, 3 s behind,
+    speaking only at elections; 1 of 507 violations)."""
     detector = election_heard_late(4000, again=True)
     alerts = [(a.rule, a.node, a.ts_ms) for a in detector.drain()]
     assert alerts == [("QUORUM_DOUBLE_VOTE", 3002, START_MS + 9_505)]
