@@ -244,18 +244,24 @@ class _Cluster(ClusterState):
         return corrected_by(self.clocks.interval(key[1], ts_ms), ts_ms)
 
 
+# The kinds a node stamps by its own clock; the others carry the metadata log's.
+_NODE_CLOCKED = ("request", "quorum_state", "remote_log_metadata")
+
+
 def _clock_of(cs: ClusterState, env: Envelope, clock: ClockInterval | None) -> ClockInterval | None:
-    """The offset interval of the clock that stamped ``env`` (``clock``: a
-    request's, if looked up already); None for the metadata log's own records
-    and the kinds without a node's clock."""
+    """:meth:`ClusterState.clock` of ``env`` (``clock``: a request's, if looked up
+    already), or None for a kind stamped by the metadata log's clock."""
+    if env.kind not in _NODE_CLOCKED:
+        return None
+    if clock is not None:
+        return clock
+    writer = None
     if env.kind == "remote_log_metadata":
         # Stamped by the broker that wrote it (detectors.remote).
         data = env.body.get("data")
         broker = data.get("brokerId") if isinstance(data, dict) else None
-        return cs.clocks.interval(broker if type(broker) is int else None, env.ts_ms)
-    if env.kind not in ("request", "quorum_state"):
-        return None
-    return cs.clocks.interval(env.node, env.ts_ms) if clock is None else clock
+        writer = broker if type(broker) is int else None
+    return cs.clock(env, writer)
 
 
 def corrected_by(interval: ClockInterval, ts_ms: int) -> float:
