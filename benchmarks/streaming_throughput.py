@@ -48,7 +48,9 @@ figure printed is measured in that run:
     TOPIC/PARTITION_RECORDs; the job consumes them, then ``--steady-batches``
     batches of ``--steady-events`` traffic events are published one at a time
     and each batch's duration is recorded; RSS of this driver process, the JVM
-    and the Python workers is read from /proc.
+    and the Python workers is read from /proc. The set-up is read
+    ``--setup-batch-events`` records a micro-batch: what a cluster's snapshot
+    costs when it arrives in many batches instead of a few.
 (f) the floor of the Spark pipeline: (a)'s query with the detection taken
     out (same source, key, shuffle and stateful-operator framework; the
     operator only turns every value into Python bytes, and a noop sink), on the
@@ -584,6 +586,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--steady-events", type=int, default=20_000)
     p.add_argument("--steady-batches", type=int, default=3)
+    p.add_argument(
+        "--setup-batch-events",
+        type=int,
+        default=200_000,
+        help="(d): at most this many set-up records a micro-batch (default %(default)s)",
+    )
     p.add_argument("--idle-seconds", type=float, default=30.0, help="idle time measured in (e)")
     p.add_argument(
         "--buckets",
@@ -887,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
             produce_all(bootstrap, topic, setup)
             log(f"(d) {len(setup):,} set-up records published ({gen_s:.0f} s to build); job consumes ...")
             c0 = time.time()
-            q = job(topic, name, trigger_seconds=0.5, max_events_per_trigger=200_000)
+            q = job(topic, name, trigger_seconds=0.5, max_events_per_trigger=args.setup_batch_events)
             prog = Progress(q)
             prog.wait_rows(len(setup), timeout=args.setup_timeout)
             setup_s = time.time() - c0
@@ -909,7 +917,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"(d) {size:,} partitions",
                     f"steady {args.steady_events:,}-event batch s: median {statistics.median(durations):.2f} "
                     f"(runs {' '.join(f'{d:.2f}' for d in durations)}; micro-batches per chunk {rows}); "
-                    f"set-up {len(setup):,} records consumed in {setup_s:.0f} s; "
+                    f"set-up {len(setup):,} records consumed in {setup_s:.0f} s "
+                    f"({args.setup_batch_events:,} a micro-batch at most); "
                     f"RSS MB driver-py {mem['driver_py']:,.0f} "
                     f"JVM {mem['jvm']:,.0f} py-workers {mem['py_workers']:,.0f} "
                     f"({mem['py_worker_count']:.0f} processes)",

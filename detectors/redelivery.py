@@ -33,11 +33,14 @@ the others are checked against the identities seen in the detector's window
 from __future__ import annotations
 
 import heapq
+import pickle
+from array import array
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from enum import Enum
 from hashlib import blake2b
+from typing import Any
 
 import orjson
 
@@ -129,6 +132,35 @@ class Arrival(Enum):
     OUT_OF_ORDER = "out_of_order"  # older than offsets applied already, and never applied itself
 
 
+class HeldChunk:
+    """Records an :class:`OffsetOrder` held when it was pickled, pickled together
+    once (one pickle shares their repeated names; the bytes are kept in
+    ``OffsetOrder.chunk_data``), and what the heap needs of each: its offset,
+    its time, and whether it was applied since."""
+
+    __slots__ = ("left", "offsets", "records", "taken", "times")
+
+    def __init__(self, offsets: list[int], records: list[Envelope]):
+        self.offsets = array("q", offsets)
+        self.times = array("q", [env.ts_ms for env in records])
+        self.taken = bytearray(len(records))
+        self.left = len(records)
+        # Unpickled when the first of a loaded chunk's records is applied.
+        self.records: list[Envelope] | None = records
+
+    def __getstate__(self) -> tuple[array[int], array[int], bytearray]:
+        return self.offsets, self.times, self.taken
+
+    def __setstate__(self, state: tuple[array[int], array[int], bytearray]) -> None:
+        self.offsets, self.times, self.taken = state
+        self.left = self.taken.count(0)
+        self.records = None
+
+    def waiting(self) -> list[int]:
+        """The indexes of the records not applied yet."""
+        return [index for index, taken in enumerate(self.taken) if not taken]
+
+
 class OffsetOrder:
     """One offset-ordered log (a cluster's metadata log, its remote-log-metadata
     topic) applied in offset order, whatever order its records arrive in.
@@ -141,14 +173,36 @@ class OffsetOrder:
     contract, every earlier record has arrived. An offset at or below the last
     applied one is a re-delivery if it was applied, and out of order if it was
     passed over: the view cannot be rewound to take it.
+
+    A bucket of the streaming job receives only its own partitions' records of
+    the metadata log, so it holds nearly every record, and a burst of records
+    of one time (a large cluster's snapshot, a backfill) stays held over many
+    micro-batches, each of which pickles the detector. A held record never
+    changes, so the records a pickle finds newly held are pickled together once
+    (:class:`HeldChunk`) and kept so, in :attr:`chunk_data`, which for the
+    metadata log the job keeps apart from the detector and writes once; a
+    record is unpickled when it is applied (docs/performance.md, "Held
+    records written once").
     """
 
     MAX_GAPS = 10_000
+    # Fewer records newly held than this are pickled with the log as they are,
+    # again at each pickle while they wait: a chunk costs the job two state-store
+    # calls (about 270 us each), as much as pickling some 90 records, and a
+    # bucket's usual few held records are applied within a batch or two.
+    CHUNK_MIN = 256
 
     def __init__(self) -> None:
         self.last: int | None = None
-        self._held: list[tuple[int, Envelope]] = []  # heap by offset
-        self._held_offsets: set[int] = set()
+        self._held: list[tuple[int, int]] = []  # heap of (offset, ts_ms) of the records held
+        # Each held offset: where in a chunk its record is (None: not chunked yet, in _fresh).
+        self._held_offsets: dict[int, tuple[int, int] | None] = {}
+        self._fresh: dict[int, Envelope] = {}  # held since the last pickle, by offset
+        self._chunks: dict[int, HeldChunk] = {}
+        self._next_chunk = 0
+        # Each chunk's records, pickled. The streaming job keeps them in a state
+        # variable of their own (streaming.state.HeldChunkStore), written once.
+        self.chunk_data: MutableMapping[int, bytes] = {}
         # Offset ranges passed over when a held record was applied (control
         # records, missing records), in offset order: one that arrives later is
         # out of order. Two lists so that a look-up is a bisection.
@@ -166,9 +220,41 @@ class OffsetOrder:
         if last is not None and offset == last + 1:
             self.last = offset
             return Arrival.APPLY
-        heapq.heappush(self._held, (offset, env))
-        self._held_offsets.add(offset)
+        heapq.heappush(self._held, (offset, env.ts_ms))
+        self._held_offsets[offset] = None
+        self._fresh[offset] = env
         return Arrival.HELD
+
+    def __getstate__(self) -> dict[str, Any]:
+        if len(self._fresh) >= self.CHUNK_MIN:
+            number = self._next_chunk
+            self._next_chunk += 1
+            offsets, records = list(self._fresh), list(self._fresh.values())
+            self.chunk_data[number] = pickle.dumps(records, pickle.HIGHEST_PROTOCOL)
+            self._chunks[number] = HeldChunk(offsets, records)
+            for index, offset in enumerate(offsets):
+                self._held_offsets[offset] = (number, index)
+            self._fresh = {}
+        # The heap and its offsets are the records of _fresh and the chunks: rebuilt on loading.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_held", "_held_offsets")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "_chunks" not in state:
+            # Saved with its held records in the heap (state format 4 and before):
+            # chunked at the next pickle.
+            self._fresh = dict(state["_held"])
+            self._held = [(offset, env.ts_ms) for offset, env in state["_held"]]
+            self._held_offsets = dict.fromkeys(self._fresh)
+            self._chunks, self._next_chunk, self.chunk_data = {}, 0, {}
+            return
+        self._held = [(offset, env.ts_ms) for offset, env in self._fresh.items()]
+        self._held_offsets = dict.fromkeys(self._fresh)
+        for number, chunk in self._chunks.items():
+            for index in chunk.waiting():
+                self._held.append((chunk.offsets[index], chunk.times[index]))
+                self._held_offsets[chunk.offsets[index]] = (number, index)
+        heapq.heapify(self._held)
 
     def ready(self, watermark_ms: float | None) -> Iterator[Envelope]:
         """Held records to apply now, in offset order: those that follow the
@@ -176,12 +262,13 @@ class OffsetOrder:
         (None: end of input, everything)."""
         held = self._held
         while held:
-            offset, env = held[0]
+            offset, ts_ms = held[0]
             contiguous = self.last is not None and offset == self.last + 1
-            if not contiguous and watermark_ms is not None and env.ts_ms > watermark_ms:
+            if not contiguous and watermark_ms is not None and ts_ms > watermark_ms:
                 return
             heapq.heappop(held)
-            self._held_offsets.discard(offset)
+            place = self._held_offsets.pop(offset)
+            env = self._fresh.pop(offset) if place is None else self._take(place)
             if not contiguous:
                 # Before the first record applied, the gap is everything earlier:
                 # a log (a dump) may begin at any offset.
@@ -191,6 +278,19 @@ class OffsetOrder:
 
     def held_count(self) -> int:
         return len(self._held)
+
+    def _take(self, place: tuple[int, int]) -> Envelope:
+        """The record at ``place``, marked applied in its chunk."""
+        number, index = place
+        chunk = self._chunks[number]
+        if chunk.records is None:
+            chunk.records = pickle.loads(self.chunk_data[number])
+        chunk.taken[index] = 1
+        chunk.left -= 1
+        if not chunk.left:
+            del self._chunks[number]
+            del self.chunk_data[number]
+        return chunk.records[index]
 
     def started(self) -> bool:
         """Whether any record of this log has arrived (applied or held)."""

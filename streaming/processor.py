@@ -37,10 +37,13 @@ from streaming.state import (
     DETECTOR_SCHEMA,
     GROUP_KEY_SCHEMA,
     GROUP_VALUE_SCHEMA,
+    HELD_KEY_SCHEMA,
+    HELD_VALUE_SCHEMA,
     PARTITION_KEY_SCHEMA,
     PARTITION_VALUE_SCHEMA,
     REMOTE_KEY_SCHEMA,
     REMOTE_VALUE_SCHEMA,
+    HeldChunkStore,
     PartitionStore,
     RemoteStore,
 )
@@ -88,6 +91,7 @@ class DetectorProcessor(StatefulProcessor):
         self.remote_partitions = handle.getMapState(
             "remote_partitions", REMOTE_KEY_SCHEMA, REMOTE_VALUE_SCHEMA
         )
+        self.held_chunks = handle.getMapState("held_chunks", HELD_KEY_SCHEMA, HELD_VALUE_SCHEMA)
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -139,6 +143,14 @@ class DetectorProcessor(StatefulProcessor):
             state.remote.partitions = remote
         assert isinstance(state.remote.partitions, RemoteStore)
         state.remote.partitions.attach(self.remote_partitions)
+        log = state.metadata_log
+        if not isinstance(log.chunk_data, HeldChunkStore):
+            # A new detector, or one of a state format before 5 (whose held records load
+            # into the heap as they were): its chunks from now on go to the state store.
+            held = HeldChunkStore()
+            held.adopt(log.chunk_data)
+            log.chunk_data = held
+        log.chunk_data.attach(self.held_chunks)
         return cluster, version, detector, pending, timers
 
     def _save(
@@ -151,6 +163,10 @@ class DetectorProcessor(StatefulProcessor):
         version += 1
         pending.save(version, detector.pending_changes(cluster))
         self.snapshot.update((version, snapshot_format.encode(detector)))
+        # After the pickle: pickling is what puts newly held records into chunks.
+        held = state.metadata_log.chunk_data
+        assert isinstance(held, HeldChunkStore)
+        held.flush()
         _LIVE[(self.scope, key)] = (version, detector, pending, timers)
         return version
 

@@ -29,6 +29,13 @@ The formats:
   detector value is read with :class:`_RemoteViewBefore4` in place of
   ``RemoteView``, its segments are put under their partitions, and the
   operator moves them to ``remote_partitions`` at its first load.
+- 5: the records an offset-ordered log holds (detectors.redelivery.OffsetOrder)
+  are pickled in chunks, once, instead of in its heap; the metadata log's
+  chunks live in the ``held_chunks`` MapState (streaming.state.HeldChunkStore).
+  Earlier formats load with their held records in the heap as they were
+  (``OffsetOrder.__setstate__``), and chunk them at the next save. The number
+  is raised so that a release of format 4 refuses such a checkpoint instead of
+  failing on its held records.
 
 When the state's shape changes in a way old pickles cannot follow, raise
 ``FORMAT``, keep the old reader as a migration here, and add a checkpoint
@@ -45,7 +52,7 @@ from detectors.engine import Detector
 from detectors.remote import PartitionSegments, RemoteView, Segment
 
 MAGIC = b"FWS"
-FORMAT = 4
+FORMAT = 5
 # The first format that keeps partition histories in groups.
 GROUPED_PARTITIONS = 3
 # The first format that keeps remote segments apart from the detector value.

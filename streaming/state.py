@@ -16,6 +16,12 @@ Per bucket of a cluster (the grouping key), four state variables:
   pickled; read when a remote-log-metadata record names the partition
   (:class:`RemoteStore`). A cluster with tiered storage tracks every segment
   still in remote storage, so this too must not be pickled with every batch.
+- ``held_chunks``: a MapState from a chunk number to the pickled records of
+  the metadata log the bucket held for their offset order when a micro-batch
+  ended (detectors.redelivery.OffsetOrder): a bucket holds nearly every
+  metadata record for a while, and a snapshot's burst of them can stay held
+  over many batches. Written once, read when the first of them is applied
+  after the worker changed (:class:`HeldChunkStore`).
 - ``detector``: a ValueState with everything else (brokers, topics, quorum),
   pickled, and a version number.
 
@@ -55,6 +61,8 @@ REMOTE_KEY_SCHEMA = StructType(
     [StructField("topic_id", StringType()), StructField("partition", IntegerType())]
 )
 REMOTE_VALUE_SCHEMA = StructType([StructField("segments", BinaryType())])
+HELD_KEY_SCHEMA = StructType([StructField("chunk", LongType())])
+HELD_VALUE_SCHEMA = StructType([StructField("records", BinaryType())])
 DETECTOR_SCHEMA = StructType([StructField("version", LongType()), StructField("snapshot", BinaryType())])
 
 # A bucket's partitions per state entry. A group is read whole when any of its
@@ -95,6 +103,15 @@ class _ReadOnDemand(MutableMapping[K, V]):
     Listing or counting would read the whole state store, so both refuse."""
 
     _holds = "entries"  # what the store holds, for those refusals
+    _backend: MapState | None = None
+
+    def attach(self, backend: MapState) -> None:
+        """Use ``backend``: each task has its own state client."""
+        self._backend = backend
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with the detector snapshot as an empty shell: what it holds lives in MapState.
+        return (type(self), ())
 
     def _load(self, key: K) -> V | None:
         raise NotImplementedError
@@ -157,15 +174,11 @@ class PartitionStore(_ReadOnDemand[PartitionKey, History[PartitionState]]):
         # What the state store holds for each key read, as a fingerprint (None: nothing).
         self._stored: dict[PartitionKey, Fingerprint] = {}
 
-    def attach(self, backend: MapState, buckets: int) -> None:
+    def attach(self, backend: MapState, buckets: int = 1) -> None:
         """Use ``backend`` (each task has its own state client) for a bucket of
         a cluster split into ``buckets``."""
         self._backend = backend
         self._span = GROUP_SIZE * buckets
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled with the detector snapshot as an empty shell: the partitions live in MapState.
-        return (PartitionStore, ())
 
     def _group(self, key: PartitionKey) -> GroupKey:
         return (key[0], key[1] // self._span)
@@ -260,14 +273,6 @@ class RemoteStore(_ReadOnDemand[RemoteKey, PartitionSegments]):
         self._stored: dict[RemoteKey, bytes | None] = {}  # what the state store holds (None: nothing)
         self._live: dict[RemoteKey, PartitionSegments | None] = {}  # read or set since the last flush
 
-    def attach(self, backend: MapState) -> None:
-        """Use ``backend``: each task has its own state client."""
-        self._backend = backend
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled with the detector snapshot as an empty shell: the segments live in MapState.
-        return (RemoteStore, ())
-
     def _load(self, key: RemoteKey) -> PartitionSegments | None:
         if key in self._live:
             return self._live[key]
@@ -308,4 +313,54 @@ class RemoteStore(_ReadOnDemand[RemoteKey, PartitionSegments]):
         self._live.clear()
         if len(self._stored) > self.MAX_CACHED:
             self._stored.clear()
+        return written
+
+
+class HeldChunkStore(_ReadOnDemand[int, bytes]):
+    """A dict-like view of the ``held_chunks`` MapState: the metadata log's held
+    records, pickled a chunk at a time (``OffsetOrder.chunk_data``). A chunk is
+    written at the :meth:`flush` after it was made and removed at the one after
+    its last record was applied; it is read only if its records are applied in
+    a worker that did not make it."""
+
+    _holds = "held records"
+
+    def __init__(self) -> None:
+        self._backend: MapState | None = None
+        self._live: dict[int, bytes | None] = {}  # made or removed since the last flush (None: removed)
+
+    def _load(self, key: int) -> bytes | None:
+        if key in self._live:
+            return self._live[key]
+        assert self._backend is not None, "HeldChunkStore used before attach()"
+        value = self._backend.getValue((key,))
+        return bytes(value[0]) if value is not None else None
+
+    def _put(self, key: int, value: bytes | None) -> None:
+        if value is None and self._live.get(key) is not None:
+            del self._live[key]  # made since the last flush: never written
+        else:
+            self._live[key] = value
+
+    def __delitem__(self, key: int) -> None:
+        # Only the chunks the log made are removed: no state read to check.
+        self._put(key, None)
+
+    def adopt(self, chunks: Mapping[int, bytes]) -> int:
+        """Take in the chunks a detector value kept itself (made before the
+        operator attached this store); the next flush writes them. Returns how many."""
+        self._live.update(chunks)
+        return len(chunks)
+
+    def flush(self) -> int:
+        """Write the chunks made and remove those finished since the last flush.
+        Returns how many."""
+        assert self._backend is not None
+        for key, data in self._live.items():
+            if data is not None:
+                self._backend.updateValue((key,), (data,))
+            else:
+                self._backend.removeKey((key,))
+        written = len(self._live)
+        self._live.clear()
         return written

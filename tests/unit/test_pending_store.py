@@ -33,7 +33,8 @@ from streaming.schema import ALERT, STATS
 from tests.unit.recording_map_state import RecordingMapState
 
 CLUSTER = "sim-1"  # the simulator's cluster; with one bucket, also the operator's key
-MAP_STATES = ("partition_groups", "pending", "remote_partitions")  # the operator's, in this format
+# The operator's map states, in this format.
+MAP_STATES = ("partition_groups", "pending", "remote_partitions", "held_chunks")
 
 
 def attached(backend: RecordingMapState) -> PendingStore:
