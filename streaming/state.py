@@ -1,6 +1,6 @@
 """The detector's state inside Spark's state store.
 
-Per bucket of a cluster (the grouping key), four state variables:
+Per bucket of a cluster (the grouping key), five state variables:
 
 - ``partition_groups``: a MapState from ``(topic key, group)`` to the pickled
   view histories of up to :data:`GROUP_SIZE` of the bucket's partitions of
