@@ -145,11 +145,10 @@ class DetectorProcessor(StatefulProcessor):
         state.remote.partitions.attach(self.remote_partitions)
         log = state.metadata_log
         if not isinstance(log.chunk_data, HeldChunkStore):
-            # A new detector, or one of a state format before 5 (whose held records load
-            # into the heap as they were): its chunks from now on go to the state store.
-            held = HeldChunkStore()
-            held.adopt(log.chunk_data)
-            log.chunk_data = held
+            # A new detector, or one of a state format before 5, whose held records load
+            # unchunked: no chunk is made before the first save, which writes them here.
+            assert not log.chunk_data, "chunks made before the state store was attached"
+            log.chunk_data = HeldChunkStore()
         log.chunk_data.attach(self.held_chunks)
         return cluster, version, detector, pending, timers
 

@@ -103,7 +103,7 @@ class _ReadOnDemand(MutableMapping[K, V]):
     Listing or counting would read the whole state store, so both refuse."""
 
     _holds = "entries"  # what the store holds, for those refusals
-    _backend: MapState | None = None
+    _backend: MapState | None = None  # the task's state client (attach)
 
     def attach(self, backend: MapState) -> None:
         """Use ``backend``: each task has its own state client."""
@@ -165,7 +165,6 @@ class PartitionStore(_ReadOnDemand[PartitionKey, History[PartitionState]]):
     MAX_CACHED = 1_000_000
 
     def __init__(self) -> None:
-        self._backend: MapState | None = None
         self._span = GROUP_SIZE
         self._groups: dict[GroupKey, dict[int, bytes]] = {}  # what the store holds, per loaded group
         self._in_store: set[GroupKey] = set()  # loaded groups the state store has an entry for
@@ -269,7 +268,6 @@ class RemoteStore(_ReadOnDemand[RemoteKey, PartitionSegments]):
     MAX_CACHED = 100_000
 
     def __init__(self) -> None:
-        self._backend: MapState | None = None
         self._stored: dict[RemoteKey, bytes | None] = {}  # what the state store holds (None: nothing)
         self._live: dict[RemoteKey, PartitionSegments | None] = {}  # read or set since the last flush
 
@@ -326,7 +324,6 @@ class HeldChunkStore(_ReadOnDemand[int, bytes]):
     _holds = "held records"
 
     def __init__(self) -> None:
-        self._backend: MapState | None = None
         self._live: dict[int, bytes | None] = {}  # made or removed since the last flush (None: removed)
 
     def _load(self, key: int) -> bytes | None:
@@ -346,21 +343,12 @@ class HeldChunkStore(_ReadOnDemand[int, bytes]):
         # Only the chunks the log made are removed: no state read to check.
         self._put(key, None)
 
-    def adopt(self, chunks: Mapping[int, bytes]) -> int:
-        """Take in the chunks a detector value kept itself (made before the
-        operator attached this store); the next flush writes them. Returns how many."""
-        self._live.update(chunks)
-        return len(chunks)
-
-    def flush(self) -> int:
-        """Write the chunks made and remove those finished since the last flush.
-        Returns how many."""
+    def flush(self) -> None:
+        """Write the chunks made and remove those finished since the last flush."""
         assert self._backend is not None
         for key, data in self._live.items():
             if data is not None:
                 self._backend.updateValue((key,), (data,))
             else:
                 self._backend.removeKey((key,))
-        written = len(self._live)
         self._live.clear()
-        return written
