@@ -899,6 +899,14 @@ def main(argv: list[str] | None = None) -> int:
             prog = Progress(q)
             prog.wait_rows(len(setup), timeout=args.setup_timeout)
             setup_s = time.time() - c0
+            # Where the load's time went: each set-up batch's rows and duration.
+            log(
+                "(d) set-up batches (rows, s): "
+                + ", ".join(
+                    f"{b['numInputRows']:,} {b['durationMs']['triggerExecution'] / 1000:.1f}"
+                    for b in prog.with_input()
+                )
+            )
             durations, rows = [], []
             for chunk in steady:
                 time.sleep(1.0)

@@ -110,7 +110,11 @@ def _buckets(kind: Any, body: dict[str, Any], count: int) -> tuple[int, ...]:
     if kind == "metadata":
         data = body.get("data")
         if body.get("type") in PARTITION_RECORDS and isinstance(data, dict):
-            return _of((data.get("partitionId"),), count)
+            # _of of the one index, without its set: nearly every record of a
+            # large cluster's snapshot is one of these, routed at the source and
+            # again for its home when released after being held.
+            index = data.get("partitionId")
+            return (index % count,) if isinstance(index, int) and not isinstance(index, bool) else (0,)
         return tuple(range(count))
     if kind == "remote_log_metadata":
         # A segment's record names its partition in its segment id; a partition's deletion, directly.

@@ -26,6 +26,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -47,6 +48,7 @@ from detectors.envelope import (
 )
 from detectors.errors import KafkaError
 from detectors.fields import INT16, get_int, get_obj
+from detectors.gc_tuning import collector_paused
 from detectors.history import History
 from detectors.progress import Progress, SourceKey, source_key
 from detectors.quorum import KRAFT_VOTERS, LEADER_CHANGE
@@ -106,6 +108,9 @@ Judgment = Callable[[], None]
 PendingJudgment = tuple[int, int, int, Callable[..., None], Envelope, tuple[Any, ...]]
 
 TOO_LATE = UnverifiedReason.TOO_LATE
+# Held records from which a release runs with the collector paused: a bucket's
+# everyday few are not worth the pause's own cost per event.
+BULK_RELEASE = 1_000
 
 
 def _plain(entry: tuple[int, int, int, Judgment]) -> PendingJudgment:
@@ -554,7 +559,14 @@ class Detector:
     def _release(self, cs: _Cluster, watermark_ms: float | None, letters: list[DeadLetter]) -> None:
         """Apply the held records of the offset-ordered logs that are due."""
         for log in (cs.metadata_log, cs.remote_log):
-            if log.held_count():
+            held = log.held_count()
+            if not held:
+                continue
+            # A burst held together (a large cluster's snapshot) comes due together:
+            # applying it makes a million objects and no reference cycles, and the
+            # collections those objects trigger would walk all of them again and
+            # again (docs/performance.md, "A million partitions' records applied").
+            with collector_paused() if held >= BULK_RELEASE else nullcontext():
                 for env in log.ready(watermark_ms):
                     # Held records lost the routing's word on their home: recompute it.
                     self._process(cs, env, letters, cs.bucket.is_home(env))

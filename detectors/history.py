@@ -26,6 +26,17 @@ class History(Generic[T]):
         self._times: list[int] = [ts_ms]
         self._states: list[T] = [state]
 
+    @classmethod
+    def of(cls, times: list[int], states: list[T]) -> History[T]:
+        """The history of ``states``, taking effect at ``times`` (as :meth:`items` gives them)."""
+        history = cls.__new__(cls)
+        history._times, history._states = times, states
+        return history
+
+    def items(self) -> tuple[list[int], list[T]]:
+        """Its times and states, oldest first (not copies)."""
+        return self._times, self._states
+
     def append(self, ts_ms: int, state: T) -> None:
         self._times.append(max(ts_ms, self._times[-1]))
         self._states.append(state)

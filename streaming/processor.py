@@ -156,16 +156,19 @@ class DetectorProcessor(StatefulProcessor):
         self, key: str, cluster: str, version: int, detector: Detector, pending: PendingStore, timers: Timers
     ) -> int:
         state = detector.cluster(cluster)
-        for store in (state.view.partitions, state.remote.partitions):
-            assert isinstance(store, PartitionStore | RemoteStore)
-            store.flush()
-        version += 1
-        pending.save(version, detector.pending_changes(cluster))
-        self.snapshot.update((version, snapshot_format.encode(detector)))
-        # After the pickle: pickling is what puts newly held records into chunks.
-        held = state.metadata_log.chunk_data
-        assert isinstance(held, HeldChunkStore)
-        held.flush()
+        # Writing makes no reference cycles, but after a snapshot's burst it
+        # pickles a million histories and records: collections would walk them all.
+        with collector_paused():
+            for store in (state.view.partitions, state.remote.partitions):
+                assert isinstance(store, PartitionStore | RemoteStore)
+                store.flush()
+            version += 1
+            pending.save(version, detector.pending_changes(cluster))
+            self.snapshot.update((version, snapshot_format.encode(detector)))
+            # After the pickle: pickling is what puts newly held records into chunks.
+            held = state.metadata_log.chunk_data
+            assert isinstance(held, HeldChunkStore)
+            held.flush()
         _LIVE[(self.scope, key)] = (version, detector, pending, timers)
         return version
 

@@ -2,10 +2,11 @@
 
 Per bucket of a cluster (the grouping key), five state variables:
 
-- ``partition_groups``: a MapState from ``(topic key, group)`` to the pickled
-  view histories of up to :data:`GROUP_SIZE` of the bucket's partitions of
-  that topic (``group`` is the partition index divided by ``GROUP_SIZE`` times
-  the bucket count). Only the groups a micro-batch touches are read and
+- ``partition_groups``: a MapState from ``(topic key, group)`` to the view
+  histories, each pickled as plain values (detectors.view.plain_history), of
+  up to :data:`GROUP_SIZE` of the bucket's partitions of that topic
+  (``group`` is the partition index divided by ``GROUP_SIZE`` times the
+  bucket count). Only the groups a micro-batch touches are read and
   written, so batch time follows the batch, not the number of partitions
   tracked; grouping makes a metadata snapshot of many partitions cost a state
   read and a write per group instead of per partition (docs/performance.md).
@@ -47,7 +48,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from detectors.history import History
 from detectors.remote import PartitionSegments
-from detectors.view import PartitionKey, PartitionState
+from detectors.view import PartitionKey, PartitionState, PlainHistory, history_of_plain, plain_history
 from streaming import snapshot_format
 
 GROUP_KEY_SCHEMA = StructType([StructField("topic", StringType()), StructField("group", IntegerType())])
@@ -71,6 +72,7 @@ DETECTOR_SCHEMA = StructType([StructField("version", LongType()), StructField("s
 GROUP_SIZE = 64
 
 _MISSING = object()
+_NO_INDEX = 2**31  # past every partition index (an int32)
 
 GroupKey = tuple[str, int]
 Fingerprint = tuple[int, int, PartitionState] | None
@@ -172,6 +174,9 @@ class PartitionStore(_ReadOnDemand[PartitionKey, History[PartitionState]]):
         self._cache: dict[PartitionKey, History[PartitionState] | None] = {}
         # What the state store holds for each key read, as a fingerprint (None: nothing).
         self._stored: dict[PartitionKey, Fingerprint] = {}
+        # Per topic key, the index from which the store holds no history, as the
+        # view told it since the last flush (none_stored_from).
+        self._none_from: dict[str, int] = {}
 
     def attach(self, backend: MapState, buckets: int = 1) -> None:
         """Use ``backend`` (each task has its own state client) for a bucket of
@@ -182,8 +187,18 @@ class PartitionStore(_ReadOnDemand[PartitionKey, History[PartitionState]]):
     def _group(self, key: PartitionKey) -> GroupKey:
         return (key[0], key[1] // self._span)
 
+    def none_stored_from(self, topic: str, index: int) -> None:
+        """The view's word that no partition of ``topic`` from ``index`` on has a
+        history: none was seen before (ClusterView._partition_record). Until the
+        next flush, a group wholly past the lowest such index is not read. The
+        histories the flush writes are seen by then, so the word ends there."""
+        if index < self._none_from.get(topic, index + 1):
+            self._none_from[topic] = index
+
     def _members(self, group: GroupKey) -> dict[int, bytes]:
         members = self._groups.get(group)
+        if members is None and group[1] * self._span >= self._none_from.get(group[0], _NO_INDEX):
+            members = self._groups[group] = {}  # a new topic's partitions: nothing to read
         if members is None:
             assert self._backend is not None, "PartitionStore used before attach()"
             # One state-server round trip: getValue answers None for a key it does not hold.
@@ -199,7 +214,7 @@ class PartitionStore(_ReadOnDemand[PartitionKey, History[PartitionState]]):
         if cached is not _MISSING:
             return cached  # type: ignore[return-value]
         data = self._members(self._group(key)).get(key[1])
-        history = pickle.loads(data) if data is not None else None
+        history = _history(pickle.loads(data)) if data is not None else None
         self._cache[key] = history
         self._stored[key] = _fingerprint(history)
         return history
@@ -232,7 +247,7 @@ class PartitionStore(_ReadOnDemand[PartitionKey, History[PartitionState]]):
             if history is None:
                 members.pop(key[1], None)
             else:
-                members[key[1]] = pickle.dumps(history, protocol=pickle.HIGHEST_PROTOCOL)
+                members[key[1]] = pickle.dumps(plain_history(history), protocol=pickle.HIGHEST_PROTOCOL)
             changed.add(group)
             written += 1
         for group in changed:
@@ -245,10 +260,16 @@ class PartitionStore(_ReadOnDemand[PartitionKey, History[PartitionState]]):
                 self._in_store.discard(group)
         self._cache.clear()
         self._stored.clear()
+        self._none_from.clear()
         if sum(len(m) for m in self._groups.values()) > self.MAX_CACHED:
             self._groups.clear()
             self._in_store.clear()
         return written
+
+
+def _history(stored: History[PartitionState] | PlainHistory) -> History[PartitionState]:
+    # State formats 3 to 5 pickled each history as objects; format 6 as plain values.
+    return stored if isinstance(stored, History) else history_of_plain(stored)
 
 
 RemoteKey = tuple[str, int]

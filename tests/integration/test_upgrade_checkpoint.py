@@ -13,9 +13,12 @@ history) and what the release wrote. One case per release in ``RELEASES``:
   MapState.
 - 14666cb: 8 buckets per cluster; state format 3, partition histories in the
   ``partition_groups`` MapState, remote segments still in the detector value.
+- e380fe1: 8 buckets per cluster; state format 5, remote segments in the
+  ``remote_partitions`` MapState, each partition history pickled as its
+  objects (format 6 pickles plain values, and reads both).
 
 Each restores its partition histories into groups and its remote segments
-into the ``remote_partitions`` MapState (state format 4).
+into the ``remote_partitions`` MapState (state format 4 on).
 
 The job here restarts on a copy of one, over a topic of the same name holding
 the whole history at the same offsets, and must go on where the old job
@@ -63,7 +66,8 @@ pytestmark = pytest.mark.integration
 RELEASES = (
     pytest.param("67519df", marks=pytest.mark.extended),
     pytest.param("de81004", marks=pytest.mark.extended),
-    "14666cb",
+    pytest.param("14666cb", marks=pytest.mark.extended),
+    "e380fe1",
 )
 DATA = Path(__file__).resolve().parents[1] / "data" / "upgrade"
 WAIT_SECONDS = 300
@@ -180,13 +184,20 @@ def test_a_checkpoint_of_an_earlier_release_resumes_with_its_state(
         for row in state(spark, str(checkpoint), "partitions")
     }
     assert bool(stored_partitions) == (written["state_format"] < snapshot_format.GROUPED_PARTITIONS)
-    stored_segments = {
-        (key, segment_id)
-        for row in state(spark, str(checkpoint), "detector")
-        for cluster in snapshot_format.decode(row.value.snapshot).clusters.values()
-        for key, part in cluster.remote.partitions.items()
-        for segment_id in part.segments
-    }
+    if written["state_format"] < snapshot_format.REMOTE_PARTITIONS:
+        stored_segments = {
+            (key, segment_id)
+            for row in state(spark, str(checkpoint), "detector")
+            for cluster in snapshot_format.decode(row.value.snapshot).clusters.values()
+            for key, part in cluster.remote.partitions.items()
+            for segment_id in part.segments
+        }
+    else:
+        stored_segments = {
+            ((row.user_map_key.topic_id, row.user_map_key.partition), segment_id)
+            for row in state(spark, str(checkpoint), "remote_partitions")
+            for segment_id in snapshot_format.decode(row.user_map_value.segments).segments
+        }
     assert stored_segments, "the old job tracked no remote segment: their move would not be shown"
     topic = written["source_topic"]
     fresh_topic(broker, topic, written["source_partitions"])

@@ -8,8 +8,10 @@ from __future__ import annotations
 import pickle
 
 from detectors.alerts import Evidence
+from detectors.envelope import envelope_from_obj
 from detectors.history import History
-from detectors.view import PartitionState
+from detectors.view import ClusterView, PartitionState, history_of_plain
+from producers import shapes
 from streaming import snapshot_format
 from streaming.state import GROUP_SIZE, PartitionStore
 from tests.unit.recording_map_state import RecordingMapState
@@ -30,11 +32,16 @@ def store_with(backend: RecordingMapState) -> PartitionStore:
 
 
 def group(*members: tuple[int, History[PartitionState]]) -> tuple[bytes]:
+    """A group as state formats 3 to 5 wrote it: each history pickled as its objects."""
     return (snapshot_format.encode({p: pickle.dumps(h) for p, h in members}),)
 
 
 def stored(backend: RecordingMapState, topic: str, number: int) -> dict[int, History[PartitionState]]:
-    return {p: pickle.loads(b) for p, b in snapshot_format.decode(backend.values[(topic, number)][0]).items()}
+    """A group's histories: those written since as plain values, the others as they were."""
+    members = {
+        p: pickle.loads(b) for p, b in snapshot_format.decode(backend.values[(topic, number)][0]).items()
+    }
+    return {p: h if isinstance(h, History) else history_of_plain(h) for p, h in members.items()}
 
 
 def test_a_group_is_read_once_and_reads_write_nothing_back():
@@ -143,3 +150,65 @@ def test_between_batches_only_pickled_histories_are_held():
     again = store.get(("t", 0))
     assert again is not first and again.latest.leader_epoch == 2
     assert backend.reads == [("t", 0)]
+
+
+def test_histories_written_as_objects_load_and_are_written_back_as_plain_values():
+    clock = Evidence("clock", "request", 150, 3, None, "mem:9", "clock bound", -40, 25)
+    old = History(100, state(1))
+    old.append(200, PartitionState(2, 2, 2, (2,), (1, 2), (1,), clock))
+    backend = RecordingMapState()
+    backend.values[("t", 0)] = group((0, old))
+    store = store_with(backend)
+    history = store.get(("t", 0))
+    assert history.items() == old.items()
+    history.append(300, state(3))
+    assert store.flush() == 1
+    (plain,) = snapshot_format.decode(backend.values[("t", 0)][0]).values()
+    assert not isinstance(pickle.loads(plain), History)  # plain values, no classes
+    again = store_with(backend).get(("t", 0))
+    assert again.items() == (
+        [100, 200, 300],
+        [state(1), PartitionState(2, 2, 2, (2,), (1, 2), (1,), clock), state(3)],
+    )
+
+
+def metadata(offset: int, body: dict) -> object:
+    return envelope_from_obj(shapes.envelope("c", "metadata", 1000 + offset, body, offset=offset))
+
+
+def test_a_new_topics_partitions_are_stored_without_reading_their_groups():
+    """A snapshot's new topics: the view tells the store that nothing past the
+    indexes it has seen is stored, so creating a million partitions reads no
+    group; a partition stated again is read as before."""
+    backend = RecordingMapState()
+    store = store_with(backend)
+    view = ClusterView(60_000, store)
+    view.apply(metadata(1, shapes.topic("orders", "T")))
+    offset = 2
+    for index in range(3, 2 * SPAN, BUCKETS):  # bucket 3's partitions of two groups
+        offset += 1
+        view.apply(metadata(offset, shapes.partition("T", index, [1, 2], [1, 2], 1)))
+    assert backend.reads == []
+    assert store.flush() == 2 * GROUP_SIZE
+    for index in range(2 * SPAN + 3, 3 * SPAN, BUCKETS):  # the next batch: a third group, wholly new
+        offset += 1
+        view.apply(metadata(offset, shapes.partition("T", index, [1, 2], [1, 2], 1)))
+    assert backend.reads == []
+    view.apply(metadata(offset + 1, shapes.partition("T", SPAN + 3, [1, 2], [1, 2], 2, 1, 1)))  # stated again
+    assert backend.reads == []  # its group was written by this store, and is held as bytes
+    assert store.flush() == GROUP_SIZE + 1
+    assert [len(stored(backend, "T", n)) for n in range(3)] == [GROUP_SIZE] * 3
+    assert len(stored(backend, "T", 1)[SPAN + 3]) == 2  # its history went on
+
+
+def test_the_views_word_that_nothing_is_stored_ends_at_the_flush():
+    backend = RecordingMapState()
+    backend.values[("t", 1)] = group((SPAN, History(100, state(1))))
+    store = store_with(backend)
+    store.none_stored_from("t", 2 * SPAN)
+    assert store.get(("t", 2 * SPAN)) is None and backend.reads == []
+    assert store.get(("t", SPAN)).latest.leader_epoch == 1  # below the word: read
+    assert backend.reads == [("t", 1)]
+    store.flush()
+    assert store.get(("t", 3 * SPAN)) is None
+    assert backend.reads == [("t", 1), ("t", 3)]

@@ -5,12 +5,24 @@ alarms, so the last epoch tests go through a rule."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pytest
 
+from detectors.alerts import Evidence
+from detectors.envelope import envelope_from_obj
 from detectors.errors import KafkaError
-from detectors.view import MV_3_6_IV0, BrokerState, PartitionState
+from detectors.history import History
+from detectors.view import (
+    MV_3_6_IV0,
+    BrokerState,
+    ClusterView,
+    PartitionState,
+    _describe,
+    history_of_plain,
+    plain_history,
+)
 from producers import shapes as s
 
 NONE = KafkaError.NONE
@@ -53,6 +65,52 @@ def test_partition_change_epoch_arithmetic(make_history, feature_level, changed,
     history.change(5000, **changed)
     state = partition_state(history.run())
     assert (state.leader, state.leader_epoch, state.partition_epoch) == (leader, leader_epoch, 1)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param({}, id="as-shapes-writes-it"),
+        pytest.param(
+            {"eligibleLeaderReplicas": [3], "directories": ["AAAAAAAAAAAAAAAAAAAAAA"]}, id="more-fields"
+        ),
+    ],
+)
+def test_a_created_partitions_evidence_shows_its_record_as_describe_does(extra):
+    # The PARTITION_RECORD's summary is written out field by field for speed;
+    # alerts quote it, so it must stay the text _describe gives every other record.
+    topic_id = "qG8hUlWTTJ2eRb_bFvWRXg"
+    view = ClusterView(retention_ms=60_000)
+    view.apply(envelope_from_obj(s.envelope("c", "metadata", 1000, s.topic("orders", topic_id), offset=1)))
+    body = s.partition(topic_id, 7, [2, 1, 3], [2, 1], 2, leader_epoch=4)
+    body["data"].update(extra)
+    change = view.apply(envelope_from_obj(s.envelope("c", "metadata", 1000, body, offset=2)))
+    assert change is not None
+    assert change.after.source.summary == _describe("partition created", body["data"])
+    assert change.after.source.summary.startswith(
+        f"partition created {topic_id}-7 {{'leader': 2, 'leaderEpoch': 4"
+    )
+
+
+def test_a_partition_history_as_plain_values_comes_back_equal():
+    view = Evidence("view", "metadata", 100, None, 7, "t/0@7", "partition created x-0 {}")
+    clock = Evidence("clock", "request", 180, 2, None, "t/1@9", "clock bound", -30, 45)
+    history = History(100, PartitionState(1, 0, 0, (1, 2, 3), (1, 2, 3), (), view))
+    history.append(200, PartitionState(2, 1, 1, (2, 3), (1, 2, 3), (2,), clock))
+    plain = plain_history(history)
+    assert pickle.loads(pickle.dumps(plain)) == plain  # plain values only
+    assert history_of_plain(pickle.loads(pickle.dumps(plain))).items() == history.items()
+
+
+def test_a_plain_history_written_before_a_field_was_added_takes_its_default():
+    # Evidence's clock bounds came last, with defaults: a history stored without them still loads.
+    times, ((values, evidence),) = plain_history(
+        History(
+            100, PartitionState(1, 0, 0, (1,), (1,), (), Evidence("view", "metadata", 100, None, 7, "p", "s"))
+        )
+    )
+    restored = history_of_plain((times, [(values, evidence[:7])]))
+    assert restored.latest.source == Evidence("view", "metadata", 100, None, 7, "p", "s")
 
 
 def test_partition_epoch_rises_by_one_on_every_change(cluster):
@@ -186,6 +244,22 @@ def test_request_about_a_deleted_topic_after_expiry_is_unverified(cluster):
     outcome = cluster.run()
     assert outcome.keys == []
     assert outcome.counters.unverified == {"unknown partition": 1}
+
+
+def test_a_topic_stated_again_keeps_its_partitions_histories(cluster):
+    # A snapshot states every topic and partition again: a partition's history
+    # goes on from what the log had, and a later change still finds it.
+    cluster.change(2000, leader=2)
+    cluster.metadata(3000, s.topic("orders", cluster.topic_id))
+    cluster.metadata(
+        3000, s.partition(cluster.topic_id, 0, [1, 2, 3], [1, 2, 3], 2, leader_epoch=1, partition_epoch=1)
+    )
+    cluster.change(4000, leader=3)
+    outcome = cluster.run()
+    history = outcome.view.partition((cluster.topic_id, 0))
+    assert history is not None and len(history) == 4
+    assert (history.latest.leader, history.latest.leader_epoch) == (3, 2)
+    assert outcome.view.topics[cluster.topic_id].partition_count == 1
 
 
 def test_recreated_topic_name_resolves_by_time(cluster):

@@ -19,6 +19,8 @@ The checkpoints here:
   judgments in their own ``pending`` MapState.
 - 14666cb: 8 buckets; state format 3, partition histories in groups, remote
   segments in the detector value.
+- e380fe1: 8 buckets; state format 5, remote segments in their own MapState,
+  partition histories pickled as objects.
 
 It starts an embedded broker, publishes the first part of a small simulated
 history of two clusters (records keyed by cluster), runs ``streaming.job.start``
