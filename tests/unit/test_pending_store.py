@@ -25,6 +25,7 @@ from detectors.engine import Detector, PendingJudgment
 from detectors.envelope import Envelope, envelope_from_obj
 from detectors.pickling import fast_pickle
 from detectors.remote import PartitionSegments, Segment
+from detectors.view import history_of_plain
 from producers.simulator import SimConfig, Simulator
 from streaming import snapshot_format
 from streaming.pending_store import JUDGMENTS, PendingStore
@@ -320,7 +321,15 @@ def test_a_bucket_of_state_format_2_has_its_partitions_moved_into_groups(monkeyp
         (version, written_by_format(2, snapshot_format.decode(detector), monkeypatch, remote)),
     )
     old.updateMapState("pending", CLUSTER, tester.peekMapState("pending", CLUSTER))
-    old.updateMapState("partitions", CLUSTER, {key: (b"FWS\x02" + data,) for key, data in histories.items()})
+    # Format 2 pickled each history as its objects; this release keeps them as plain values.
+    old.updateMapState(
+        "partitions",
+        CLUSTER,
+        {
+            key: (b"FWS\x02" + pickle.dumps(history_of_plain(pickle.loads(data))),)
+            for key, data in histories.items()
+        },
+    )
 
     out = old.testInPandas(CLUSTER, rows(events[2000:], 2000))
     alert_ids.extend(out.query("record_type == @ALERT")["id"])
