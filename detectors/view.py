@@ -125,6 +125,11 @@ class Topic:
     name: str
     partition_count: int = 0  # Kafka numbers partitions 0..n-1 and never shrinks n
     deleted_ms: int | None = None
+    # Whether this view applied the topic's first record, so that every partition
+    # it keeps a history of is below partition_count. A topic of a view pickled by
+    # state format 5 or before is not: those reset the count when a snapshot
+    # stated the topic again.
+    counted: bool = False
 
     def saw(self, index: int) -> None:
         if index >= self.partition_count:
@@ -304,9 +309,11 @@ class ClusterView:
         name = get_str(data, "name", "data")
         topic_id = get_str(data, "topicId", "data")
         assert name is not None and topic_id is not None
-        # A snapshot may state a topic again: the partitions seen of it stay seen.
         known = self.topics.get(topic_id)
-        self.topics[topic_id] = Topic(name, known.partition_count if known is not None else 0)
+        if known is None:
+            self.topics[topic_id] = Topic(name, counted=True)
+        else:  # stated again (a snapshot): the partitions seen of it stay seen
+            self.topics[topic_id] = Topic(name, known.partition_count, counted=known.counted)
         self._name(name, env.ts_ms, topic_id)
 
     def _remove_topic(self, env: Envelope, data: dict[str, Any]) -> None:
@@ -338,7 +345,7 @@ class ClusterView:
         seen = topic.partition_count
         topic.saw(key[1])
         history: History[PartitionState] | None
-        if key[1] < seen:
+        if key[1] < seen or not topic.counted:
             history = self.partitions.get(key)
         else:
             # Past every index of the topic seen so far: no history here or beyond

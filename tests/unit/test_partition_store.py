@@ -10,7 +10,7 @@ import pickle
 from detectors.alerts import Evidence
 from detectors.envelope import envelope_from_obj
 from detectors.history import History
-from detectors.view import ClusterView, PartitionState, history_of_plain
+from detectors.view import ClusterView, PartitionState, Topic, history_of_plain
 from producers import shapes
 from streaming import snapshot_format
 from streaming.state import GROUP_SIZE, PartitionStore
@@ -212,3 +212,18 @@ def test_the_views_word_that_nothing_is_stored_ends_at_the_flush():
     store.flush()
     assert store.get(("t", 3 * SPAN)) is None
     assert backend.reads == [("t", 1), ("t", 3)]
+
+
+def test_a_topic_from_an_older_view_has_its_groups_read():
+    """A view pickled by state format 5 or before may hold a topic whose count
+    a snapshot's statement of it reset while its histories stayed stored: its
+    partitions are looked up as before, so a group is never written over."""
+    backend = RecordingMapState()
+    backend.values[("T", 0)] = group((3, History(100, state(1))), (11, History(100, state(1))))
+    store = store_with(backend)
+    view = ClusterView(60_000, store)
+    view.topics["T"] = Topic("orders")  # as unpickled: count reset to 0, not counted
+    view.apply(metadata(5, shapes.partition("T", 3, [1, 2], [1, 2], 1, 1, 1)))
+    assert backend.reads == [("T", 0)]
+    store.flush()
+    assert {p: len(h) for p, h in stored(backend, "T", 0).items()} == {3: 2, 11: 1}
