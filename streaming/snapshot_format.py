@@ -37,8 +37,8 @@ The formats:
   is raised so that a release of format 4 refuses such a checkpoint instead of
   failing on its held records.
 - 6: each partition history in ``partition_groups`` is pickled as plain
-  values (detectors.view.plain_history), not as its objects: a million
-  partitions' histories are written in a quarter of the time. Histories
+  values (detectors.view.plain_history), not as its objects, which took
+  three to five times as long to pickle. Histories
   pickled as objects (formats 3 to 5) still load, and are written the new way
   when they change; the number is raised so that a release of format 5
   refuses such a checkpoint instead of failing on its histories.
