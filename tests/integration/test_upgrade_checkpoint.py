@@ -110,6 +110,15 @@ def state(spark: Any, checkpoint: str, variable: str) -> list[Any]:
     )
 
 
+def remote_segments(spark: Any, checkpoint: str) -> set[tuple[tuple[str, int], str]]:
+    """The segments the checkpoint's ``remote_partitions`` MapState tracks (state format 4 on)."""
+    return {
+        ((row.user_map_key.topic_id, row.user_map_key.partition), segment_id)
+        for row in state(spark, checkpoint, "remote_partitions")
+        for segment_id in snapshot_format.decode(row.user_map_value.segments).segments
+    }
+
+
 def replay_segments(events: list[dict]) -> set[tuple[tuple[str, int], str]]:
     """The remote segments replay still tracks after ``events``, as (partition, id)."""
     return {
@@ -193,11 +202,7 @@ def test_a_checkpoint_of_an_earlier_release_resumes_with_its_state(
             for segment_id in part.segments
         }
     else:
-        stored_segments = {
-            ((row.user_map_key.topic_id, row.user_map_key.partition), segment_id)
-            for row in state(spark, str(checkpoint), "remote_partitions")
-            for segment_id in snapshot_format.decode(row.user_map_value.segments).segments
-        }
+        stored_segments = remote_segments(spark, str(checkpoint))
     assert stored_segments, "the old job tracked no remote segment: their move would not be shown"
     topic = written["source_topic"]
     fresh_topic(broker, topic, written["source_partitions"])
@@ -298,10 +303,6 @@ def test_a_checkpoint_of_an_earlier_release_resumes_with_its_state(
     )
     # The remote segments of state formats before 4 were moved under their partitions:
     # the job tracks, across its buckets, exactly the segments replay tracks at the end.
-    tracked = {
-        ((row.user_map_key.topic_id, row.user_map_key.partition), segment_id)
-        for row in state(spark, str(checkpoint), "remote_partitions")
-        for segment_id in snapshot_format.decode(row.user_map_value.segments).segments
-    }
+    tracked = remote_segments(spark, str(checkpoint))
     assert tracked == replay_segments(events), "the job's remote segments differ from replay's"
     assert tracked & stored_segments, "none of the old job's segments is tracked after the restart"
