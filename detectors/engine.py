@@ -81,6 +81,7 @@ from detectors.requests import (
     is_quorum_fetch,
     leader_and_isr,
     partition_outcomes,
+    shared_stop_replica,
     stop_replica,
     update_metadata,
 )
@@ -699,16 +700,18 @@ class Detector:
             judged = rules.fetch.judged(list(outcomes))
             return [(rules.fetch.judge, (h, judged))] if judged else []
         if h.api_key == STOP_REPLICA:
-            request = stop_replica(h.api_version, body)
+            split = cs.bucket.count > 1
+            request = (shared_stop_replica if split else stop_replica)(h.api_version, body)
             if request.error == 0:
                 # Every bucket receives StopReplica: the epoch is the broker's, for all its partitions.
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
-            if cs.bucket.count > 1:
-                request = replace(request, partitions=tuple(owned(request.partitions)))
-                if not home and not request.partitions:
+            if split:
+                mine = owned(request.partitions)
+                if not home and not mine:
                     # A copy sent for the controller epoch alone: no partition of it is this
                     # bucket's, and the epoch is judged at home, so there is nothing to judge.
                     return []
+                request = replace(request, partitions=tuple(mine))
             _note_stop_replica(cs, env, request)
             return [(rules.stop_replica.judge, (h, request, home))]
         if h.api_key == LEADER_AND_ISR:
@@ -733,12 +736,14 @@ class Detector:
         node = env.node
         assert node is not None
         history = cs.controller_epochs.get(node)
-        summary = f"broker {node} accepted controller epoch {epoch}"
+        if history is not None and epoch <= history.latest[0]:
+            return  # the epoch every copy in every bucket repeats, most of the time
+        evidence = Evidence.of("view", env, f"broker {node} accepted controller epoch {epoch}")
         if history is None:
-            cs.controller_epochs[node] = History(env.ts_ms, (epoch, Evidence.of("view", env, summary)))
-        elif epoch > history.latest[0]:
+            cs.controller_epochs[node] = History(env.ts_ms, (epoch, evidence))
+        else:
             history.prune(env.ts_ms - self.config.retention_ms)
-            history.append(env.ts_ms, (epoch, Evidence.of("view", env, summary)))
+            history.append(env.ts_ms, (epoch, evidence))
 
     def _leader_and_isr(self, cs: _Cluster, env: Envelope, h: Header) -> None:
         """ZooKeeper mode: an accepted LeaderAndIsr is the epoch source where no

@@ -328,6 +328,30 @@ class StopReplica:
     partitions: tuple[StopReplicaPartition, ...]
 
 
+# Each body's StopReplica as decoded already: body id -> (the body, its StopReplica).
+_STOP_REPLICAS: dict[int, tuple[dict[str, Any], StopReplica]] = {}
+
+
+def shared_stop_replica(api_version: int, body: dict[str, Any]) -> StopReplica:
+    """:func:`stop_replica`, decoded once for all the buckets of a process.
+
+    Every bucket receives a copy of each StopReplica (detectors.buckets), and
+    the buckets of one Spark task are handed the same envelope
+    (streaming.processor), so a cluster split in 64 buckets decoded each body
+    64 times: 11% of the detection's time over a simulated history, nearly all
+    of it in copies that judge nothing (docs/performance.md, "Copies of
+    cluster-wide records"). Decoding is a function of the body alone; an entry
+    holds its body, so the body's id names no other object while it is kept."""
+    known = _STOP_REPLICAS.get(id(body))
+    if known is not None and known[0] is body:
+        return known[1]
+    decoded = stop_replica(api_version, body)
+    if len(_STOP_REPLICAS) >= 1024:
+        _STOP_REPLICAS.clear()
+    _STOP_REPLICAS[id(body)] = (body, decoded)
+    return decoded
+
+
 def stop_replica(api_version: int, body: dict[str, Any]) -> StopReplica:
     request, response, error = _answered(body)
     errors: dict[tuple[str, int], int] = {}

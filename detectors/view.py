@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import MutableMapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any
 
@@ -277,11 +277,15 @@ class ClusterView:
             raise Unverified(UnverifiedReason.BROKER_CHANGE_BEFORE_REGISTRATION)
         old = history.latest
         summary = {1: "fenced", -1: "unfenced", 0: "changed"}[fenced]
-        state = replace(
-            old,
+        # Built whole rather than with dataclasses.replace, which looks every field up
+        # by name: every bucket applies each broker change (detectors.buckets).
+        # (tests/unit/test_view.py holds it to replace's result, every field).
+        state = BrokerState(
             epoch=epoch,
+            incarnation=old.incarnation,
             fenced=old.fenced if fenced == 0 else fenced == 1,
             shutting_down=old.shutting_down or shutdown,
+            registered=old.registered,
             source=Evidence.of(
                 "view",
                 env,

@@ -17,11 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from detectors import requests
 from detectors.alerts import Alert
 from detectors.buckets import Bucket
 from detectors.cluster import Counters
 from detectors.engine import Detector
 from detectors.envelope import Envelope, envelope_from_obj
+from detectors.requests import stop_replica
 from detectors.split import Split
 from producers import shapes as s
 from tests.unit.test_simulated_histories import (
@@ -184,3 +186,28 @@ def test_a_stop_replica_copy_queues_a_judgment_only_where_there_is_one_to_make()
         detector.ingest(stop, home=index == 0)
         pending[index] = detector.pending_count()
     assert pending == {0: 1, 5: 1, 6: 0}
+
+
+def test_a_stop_replica_reaching_every_bucket_is_decoded_once(monkeypatch):
+    """The buckets of one process share the envelope of a fanned-out record
+    (streaming.processor, detectors.split): the StopReplica's body is decoded
+    by the first bucket and read by the other 63, which judge as before."""
+    decoded: list[int] = []
+
+    def counted(api_version: int, body: dict[str, object]) -> object:
+        decoded.append(id(body))
+        return stop_replica(api_version, body)
+
+    monkeypatch.setattr(requests, "stop_replica", counted)
+    stop = envelope_from_obj(s.envelope("c1", "request", 6000, s.stop_replica("orders", 5, 0, 0), node=3))
+    pending = []
+    for index in range(64):
+        detector = Detector(CONFIG, bucket=Bucket(index, 64), now_ms=lambda: 0)
+        detector.ingest(stop, home=index == 0)
+        pending.append(detector.pending_count())
+    assert decoded == [id(stop.body)]
+    assert [i for i, n in enumerate(pending) if n] == [0, 5]
+    # The same content in another record is decoded for that record.
+    again = envelope_from_obj(s.envelope("c1", "request", 6001, s.stop_replica("orders", 5, 0, 0), node=3))
+    Detector(CONFIG, bucket=Bucket(5, 64), now_ms=lambda: 0).ingest(again, home=False)
+    assert decoded == [id(stop.body), id(again.body)]

@@ -5,6 +5,7 @@ alarms, so the last epoch tests go through a rule."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from typing import Any
 
@@ -191,6 +192,35 @@ def test_broker_registration_lifecycle(make_history):
     ]
     assert broker_state(outcome, 3, 1600).incarnation == "second"
     assert outcome.view.broker_at(3, 999) is None
+
+
+@pytest.mark.parametrize("fenced", [-1, 0, 1])
+@pytest.mark.parametrize("shutdown", [False, True])
+def test_a_broker_change_keeps_every_field_it_does_not_set(make_history, fenced, shutdown):
+    # ClusterView._update_broker builds the new state field by field (every bucket
+    # applies each change); a field added to BrokerState later must carry over
+    # as dataclasses.replace would carry it.
+    history = make_history(standard=False)
+    history.metadata(1000, s.register_broker(3, 12, fenced=False, incarnation="first"))
+    history.metadata(1100, s.broker_change(3, 13, fenced=fenced, shutdown=shutdown))
+    outcome = history.run()
+    before, after = broker_state(outcome, 3, 1000), broker_state(outcome, 3, 1100)
+    expected = dataclasses.replace(
+        before,
+        epoch=13,
+        fenced=before.fenced if fenced == 0 else fenced == 1,
+        shutting_down=shutdown,
+        source=after.source,
+    )
+    assert after == expected
+    assert [f.name for f in dataclasses.fields(BrokerState)] == [
+        "epoch",
+        "incarnation",
+        "fenced",
+        "shutting_down",
+        "registered",
+        "source",
+    ], "a new BrokerState field: set it in ClusterView._update_broker too"
 
 
 def test_legacy_fence_and_unfence_records(make_history):
