@@ -16,7 +16,12 @@ figure printed is measured in that run:
     (end of the last batch with input - start of the first batch with input),
     from the query's progress reports (``lastProgress``, polled every
     ``POLL_SECONDS``); Spark session start-up is excluded, the first batch's
-    Python-worker start is not.
+    Python-worker start is not. ``--bucket-rounds N`` runs the counts N times,
+    taking turns (in reverse order every other round), each on a fresh
+    checkpoint, and prints each count's median CPU per event, whole and the
+    Python workers' alone, as ratios to the first count's: one run's ratio of
+    64 to 1 bucket moved from 1.19x to 1.54x between runs of one tree
+    (docs/performance.md, "Copies of cluster-wide records").
     The median of the per-batch rates (rows / triggerExecution) is printed too,
     and where the time of a batch goes: the medians, over batches after the
     first, of Spark's ``durationMs`` phases and of the stateful operator's
@@ -358,6 +363,38 @@ def steady_cpu(prog: Progress, total: int, timeout: float) -> SteadyCpu:
     )
 
 
+def bucket_runs(counts: list[int], rounds: int) -> list[tuple[int, int]]:
+    """(round, bucket count) for each run of (a): the counts take turns, in
+    reverse order every other round, so that no count always follows another
+    (the first run of a session pays the JIT's warm-up)."""
+    return [(r, count) for r in range(1, rounds + 1) for count in (counts if r % 2 else counts[::-1])]
+
+
+def bucket_medians(by_count: dict[int, list[SteadyCpu]]) -> list[tuple[str, str]]:
+    """Each bucket count's median CPU per event over its rounds, whole and the
+    Python workers' alone (what the detection and the operator spend, with
+    neither the JVM's warm-up nor the broker), as ratios to the first count's."""
+
+    def medians(runs: list[SteadyCpu]) -> tuple[float, float, list[float]]:
+        whole = [per_million(run.cpu, run.rows)[0] for run in runs]
+        workers = [run.cpu["py_workers"] * 1e6 / run.rows for run in runs]
+        return statistics.median(whole), statistics.median(workers), whole
+
+    base_whole, base_workers, _ = medians(next(iter(by_count.values())))
+    lines = []
+    for count, runs in by_count.items():
+        whole, workers, each = medians(runs)
+        lines.append(
+            (
+                f"(a) {count} bucket{'s' if count > 1 else ''}, median of {len(runs)}",
+                f"{whole:.1f} CPU-s per M events ({whole / base_whole:.2f}x the first count's; runs "
+                + " ".join(f"{w:.1f}" for w in each)
+                + f"); Python workers {workers:.1f} ({workers / base_workers:.2f}x)",
+            )
+        )
+    return lines
+
+
 def steady_cpu_results(
     label: str, steady: SteadyCpu, plain: tuple[float, float] | None
 ) -> list[tuple[str, str]]:
@@ -599,6 +636,12 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="buckets per cluster for (a), repeatable: one run of (a) each (default 1 and 8)",
     )
+    p.add_argument(
+        "--bucket-rounds",
+        type=int,
+        default=1,
+        help="(a): run every --buckets count this many times, taking turns, and print the medians",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--jvm-options",
@@ -684,18 +727,22 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_session("local[2]", shuffle_partitions=2, jvm_options=args.jvm_options)
         results.append(("spark session start", f"{time.time() - s0:.1f} s (excluded)"))
         spark_rate = None
-        for buckets in bucket_counts if "a" not in skip else []:
-            a = f"(a) {buckets} bucket{'s' if buckets > 1 else ''}:"
+        first_run = True
+        by_count: dict[int, list[SteadyCpu]] = {count: [] for count in bucket_counts}
+        for r, buckets in bucket_runs(bucket_counts, args.bucket_rounds) if "a" not in skip else []:
+            rounds = f", round {r}" if args.bucket_rounds > 1 else ""
+            a = f"(a) {buckets} bucket{'s' if buckets > 1 else ''}{rounds}:"
             q = job(
                 "bench-a",
-                f"a{buckets}",
+                f"a{buckets}" if args.bucket_rounds == 1 else f"a{buckets}-{r}",
                 max_events_per_trigger=args.max_events_per_trigger,
                 trigger_seconds=0.5,
                 buckets=buckets,
             )
             prog = Progress(q)
             job_cpu = steady_cpu(prog, n, timeout=900)
-            if "e" not in skip and buckets == bucket_counts[0]:
+            by_count[buckets].append(job_cpu)
+            if "e" not in skip and first_run:
                 idle_from = max(prog.batches)
                 cpu0, w0 = cpu_by_role(), time.time()
                 time.sleep(args.idle_seconds)
@@ -736,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{spark_rate / plain_rate:.2f}x total/elapsed",
                     )
                 )
-            if "e" not in skip and buckets == bucket_counts[0]:
+            if "e" not in skip and first_run:
                 results.append(
                     (
                         "(e) idle job",
@@ -744,6 +791,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"(all processes of this run); {idle_batches} micro-batches ran meanwhile",
                     )
                 )
+            first_run = False
+        if args.bucket_rounds > 1:
+            results.extend(bucket_medians(by_count))
 
         if "f" not in skip:
             q = floor_query(spark, bootstrap, "bench-a", str(workdir / "ckpt-f"), args.max_events_per_trigger)
