@@ -1,9 +1,12 @@
 """The packages' dependency direction (docs/architecture.md, "Packages"), read
-from every module's imports, including those inside functions."""
+from every module's imports, including those inside functions; and the
+project's lists of its packages, which must agree."""
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,24 @@ def test_the_ship_command_only_parses_and_wires() -> None:
     assert [node.name for node in tree.body if isinstance(node, ast.ClassDef)] == []
     shippers = {path.stem for path in (REPO_ROOT / "producers").glob("*_shipper.py")}
     assert {"request_log_shipper", "quorum_state_shipper", "metadata_log_shipper", "dump_shipper"} <= shippers
+
+
+def test_every_list_of_the_packages_names_the_same_ones() -> None:
+    """The packages are named in four places (setuptools' ``include``, mypy's
+    ``packages``, the Makefile's ``PACKAGES`` that ``make test`` byte-compiles,
+    and this file's): a package added to the tree and left out of one of them
+    would go unbuilt, unchecked or unchecked for its imports."""
+    on_disk = {path.parent.name for path in REPO_ROOT.glob("*/__init__.py")} - {"tests"}
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    found = pyproject["tool"]["setuptools"]["packages"]["find"]
+    include = {pattern.rstrip("*") for pattern in found["include"]}
+    mypy = set(pyproject["tool"]["mypy"]["packages"])
+    make = re.search(r"^PACKAGES := (.+)$", (REPO_ROOT / "Makefile").read_text(encoding="utf-8"), re.M)
+    assert make is not None, "the Makefile's PACKAGES line"
+    lists = {
+        "setuptools include": include,
+        "mypy packages": mypy,
+        "Makefile PACKAGES": set(make[1].split()),
+        "test_package_layout.PACKAGES": set(PACKAGES),
+    }
+    assert {name: names for name, names in lists.items() if names != on_disk} == {}, on_disk
