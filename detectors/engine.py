@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from detectors import rules
 from detectors.alerts import Alert, Evidence
@@ -77,11 +77,11 @@ from detectors.requests import (
     PartitionOutcome,
     StopReplica,
     alter_partition,
+    decoded_once,
     header,
     is_quorum_fetch,
     leader_and_isr,
     partition_outcomes,
-    shared_stop_replica,
     stop_replica,
     update_metadata,
 )
@@ -108,6 +108,7 @@ Judgment = Callable[[], None]
 PendingJudgment = tuple[int, int, int, Callable[..., None], Envelope, tuple[Any, ...]]
 
 TOO_LATE = UnverifiedReason.TOO_LATE
+T = TypeVar("T")
 # Held records from which a release runs with the collector paused. A bucket of
 # the job holds a few records nearly always and looks for due ones at every
 # event; the pause costs 1.6-2.4 us each time (timeit), against about 44 us for
@@ -700,12 +701,11 @@ class Detector:
             judged = rules.fetch.judged(list(outcomes))
             return [(rules.fetch.judge, (h, judged))] if judged else []
         if h.api_key == STOP_REPLICA:
-            split = cs.bucket.count > 1
-            request = (shared_stop_replica if split else stop_replica)(h.api_version, body)
+            request = _decoded(cs, stop_replica, body, h.api_version)
             if request.error == 0:
                 # Every bucket receives StopReplica: the epoch is the broker's, for all its partitions.
                 self._accepted_controller_epoch(cs, env, request.controller_epoch)
-            if split:
+            if cs.bucket.count > 1:
                 mine = owned(request.partitions)
                 if not home and not mine:
                     # A copy sent for the controller epoch alone: no partition of it is this
@@ -720,7 +720,7 @@ class Detector:
         if h.api_key == UPDATE_METADATA:
             # Kafka's ReplicaManager.maybeUpdateMetadataCache takes the controller epoch of an
             # UpdateMetadata it accepts, as stopReplicas does: StopReplica is then held to it.
-            controller_epoch, error = update_metadata(body)
+            controller_epoch, error = _decoded(cs, update_metadata, body)
             if error == 0:
                 self._accepted_controller_epoch(cs, env, controller_epoch)
             return []
@@ -748,7 +748,7 @@ class Detector:
     def _leader_and_isr(self, cs: _Cluster, env: Envelope, h: Header) -> None:
         """ZooKeeper mode: an accepted LeaderAndIsr is the epoch source where no
         metadata log is shipped."""
-        controller_epoch, error, partitions = leader_and_isr(env.body)
+        controller_epoch, error, partitions = _decoded(cs, leader_and_isr, env.body)
         if error != 0:
             return
         self._accepted_controller_epoch(cs, env, controller_epoch)
@@ -770,6 +770,12 @@ class Detector:
                 ),
             )
             cs.view.set_partition_from_request((key, p.partition), p.topic, env.ts_ms, state)
+
+
+def _decoded(cs: ClusterState, decode: Callable[..., T], body: dict[str, Any], *args: Any) -> T:
+    """``decode(*args, body)`` of a request every bucket receives: once for all
+    the buckets of a process when the cluster is split (requests.decoded_once)."""
+    return decoded_once(decode, body, *args) if cs.bucket.count > 1 else decode(*args, body)
 
 
 # ---- clock evidence (detectors.clocks) ------------------------------------------------

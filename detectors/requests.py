@@ -4,8 +4,9 @@ the broker answered. Field names are Kafka's JSON schema names."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from detectors.envelope import BadRecord, DeadLetterClass
 from detectors.fast_init import fast_init
@@ -22,6 +23,8 @@ from detectors.fields import (
     objects,
 )
 from detectors.pickling import fast_pickle
+
+_T = TypeVar("_T")
 
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 0, 1, 2, 4, 5, 6
 OFFSET_FOR_LEADER_EPOCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, ALTER_PARTITION = 23, 52, 53, 54, 56
@@ -328,30 +331,6 @@ class StopReplica:
     partitions: tuple[StopReplicaPartition, ...]
 
 
-# Each body's StopReplica as decoded already: body id -> (the body, its StopReplica).
-_STOP_REPLICAS: dict[int, tuple[dict[str, Any], StopReplica]] = {}
-
-
-def shared_stop_replica(api_version: int, body: dict[str, Any]) -> StopReplica:
-    """:func:`stop_replica`, decoded once for all the buckets of a process.
-
-    Every bucket receives a copy of each StopReplica (detectors.buckets), and
-    the buckets of one Spark task are handed the same envelope
-    (streaming.processor), so a cluster split in 64 buckets decoded each body
-    64 times: 11% of the detection's time over a simulated history, nearly all
-    of it in copies that judge nothing (docs/performance.md, "Copies of
-    cluster-wide records"). Decoding is a function of the body alone; an entry
-    holds its body, so the body's id names no other object while it is kept."""
-    known = _STOP_REPLICAS.get(id(body))
-    if known is not None and known[0] is body:
-        return known[1]
-    decoded = stop_replica(api_version, body)
-    if len(_STOP_REPLICAS) >= 1024:
-        _STOP_REPLICAS.clear()
-    _STOP_REPLICAS[id(body)] = (body, decoded)
-    return decoded
-
-
 def stop_replica(api_version: int, body: dict[str, Any]) -> StopReplica:
     request, response, error = _answered(body)
     errors: dict[tuple[str, int], int] = {}
@@ -541,3 +520,27 @@ def quorum_partitions(body: dict[str, Any], side: str) -> list[tuple[str, dict[s
     for tpath, topic in objects(get_list(obj, "topics", f"body.{side}", default=[]), f"body.{side}.topics"):
         out.extend(objects(get_list(topic, "partitions", tpath), f"{tpath}.partitions"))
     return out
+
+
+# Each fanned-out body as decoded already: body id -> (the body, its decoder, what it gave).
+_DECODED: dict[int, tuple[dict[str, Any], Callable[..., Any], Any]] = {}
+
+
+def decoded_once(decode: Callable[..., _T], body: dict[str, Any], *args: Any) -> _T:
+    """``decode(*args, body)``, once for all the buckets of a process.
+
+    Every bucket receives a copy of each StopReplica, LeaderAndIsr and
+    UpdateMetadata (detectors.buckets), and the buckets of one Spark task are
+    handed the same envelope (streaming.processor), so a cluster split in 64
+    buckets decoded each body 64 times: its StopReplica copies were 11% of the
+    detection's time over a simulated history (docs/performance.md, "Copies of
+    cluster-wide records"). Decoding is a function of the body alone; an entry
+    holds its body, so the body's id names no other object while it is kept."""
+    known = _DECODED.get(id(body))
+    if known is not None and known[0] is body and known[1] is decode:
+        return known[2]  # type: ignore[no-any-return]
+    decoded = decode(*args, body)
+    if len(_DECODED) >= 1024:
+        _DECODED.clear()
+    _DECODED[id(body)] = (body, decode, decoded)
+    return decoded

@@ -17,13 +17,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from detectors import requests
+from detectors import engine
 from detectors.alerts import Alert
 from detectors.buckets import Bucket
 from detectors.cluster import Counters
 from detectors.engine import Detector
 from detectors.envelope import Envelope, envelope_from_obj
-from detectors.requests import stop_replica
 from detectors.split import Split
 from producers import shapes as s
 from tests.unit.test_simulated_histories import (
@@ -188,26 +187,52 @@ def test_a_stop_replica_copy_queues_a_judgment_only_where_there_is_one_to_make()
     assert pending == {0: 1, 5: 1, 6: 0}
 
 
-def test_a_stop_replica_reaching_every_bucket_is_decoded_once(monkeypatch):
+def _controller_request(api_key: int) -> dict[str, object]:
+    """A StopReplica, UpdateMetadata or LeaderAndIsr line broker 3 accepted."""
+    if api_key == 5:
+        return s.stop_replica("orders", 5, 0, 0, controller_epoch=5)
+    header = {"requestApiKey": api_key, "requestApiVersion": 7, "correlationId": 1, "clientId": "c"}
+    request: dict[str, object] = {"controllerId": 3000, "controllerEpoch": 5, "brokerEpoch": 12}
+    request["topicStates"] = [
+        {
+            "topicName": "orders",
+            "topicId": "qG8hUlWTTJ2eRb_bFvWRXg",
+            "partitionStates": [
+                {"partitionIndex": 5, "controllerEpoch": 5, "leader": 1, "leaderEpoch": 0, "isr": [1, 3]}
+                | {"partitionEpoch": 0, "replicas": [1, 3]}
+            ],
+        }
+    ]
+    return {"requestHeader": header, "request": request, "response": {"errorCode": 0}}
+
+
+@pytest.mark.parametrize(
+    ("api_key", "decoder"), [(5, "stop_replica"), (6, "update_metadata"), (4, "leader_and_isr")]
+)
+def test_a_request_reaching_every_bucket_is_decoded_once(monkeypatch, api_key, decoder):
     """The buckets of one process share the envelope of a fanned-out record
-    (streaming.processor, detectors.split): the StopReplica's body is decoded
-    by the first bucket and read by the other 63, which judge as before."""
+    (streaming.processor, detectors.split): its body is decoded by the first
+    bucket and read by the other 63, which judge as before."""
     decoded: list[int] = []
+    decode = getattr(engine, decoder)
 
-    def counted(api_version: int, body: dict[str, object]) -> object:
-        decoded.append(id(body))
-        return stop_replica(api_version, body)
+    def counted(*args: object) -> object:
+        decoded.append(id(args[-1]))
+        return decode(*args)
 
-    monkeypatch.setattr(requests, "stop_replica", counted)
-    stop = envelope_from_obj(s.envelope("c1", "request", 6000, s.stop_replica("orders", 5, 0, 0), node=3))
+    monkeypatch.setattr(engine, decoder, counted)
+    raw = _controller_request(api_key)
+    record = envelope_from_obj(s.envelope("c1", "request", 6000, raw, node=3))
     pending = []
     for index in range(64):
         detector = Detector(CONFIG, bucket=Bucket(index, 64), now_ms=lambda: 0)
-        detector.ingest(stop, home=index == 0)
+        detector.ingest(record, home=index == 0)
         pending.append(detector.pending_count())
-    assert decoded == [id(stop.body)]
-    assert [i for i, n in enumerate(pending) if n] == [0, 5]
+        assert detector.cluster("c1").controller_epochs[3].latest[0] == 5
+    assert decoded == [id(record.body)]
+    if api_key == 5:  # judged at home (the controller epoch) and where its partition is
+        assert [i for i, n in enumerate(pending) if n] == [0, 5]
     # The same content in another record is decoded for that record.
-    again = envelope_from_obj(s.envelope("c1", "request", 6001, s.stop_replica("orders", 5, 0, 0), node=3))
+    again = envelope_from_obj(s.envelope("c1", "request", 6001, _controller_request(api_key), node=3))
     Detector(CONFIG, bucket=Bucket(5, 64), now_ms=lambda: 0).ingest(again, home=False)
-    assert decoded == [id(stop.body), id(again.body)]
+    assert decoded == [id(record.body), id(again.body)]
