@@ -7,7 +7,10 @@ feeding the same Detector in a single Python process.
         --latency-seconds 40 --partitions 1000 --partitions 100000
 
 Everything runs against the embedded broker (tansu), in one run, and every
-figure printed is measured in that run:
+figure printed is measured in that run. The job's and the plain consumer's
+detectors measure every node's clock, as ``fencewatch run`` and ``replay`` do
+by default; ``--no-measure-clocks`` measures them as before 2026-12-06, when
+this benchmark ran every detector with clocks unmeasured.
 
 (a) sustained throughput of the Spark job, once per ``--buckets`` count (a
     cluster split into that many state keys; detectors.buckets): ``--events``
@@ -424,7 +427,9 @@ def steady_cpu_results(
 # ---- (b) the plain consumer ----------------------------------------------------------------------
 
 
-def plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> tuple[float, int]:
+def plain_consume(
+    bootstrap: str, topic: str, partitions: int, total: int, config: DetectorConfig
+) -> tuple[float, int]:
     """Read ``total`` records from offset 0 of every partition; returns (seconds, alerts)."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -437,7 +442,7 @@ def plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> tu
         }
     )
     tune_for_detector()  # as fencewatch replay and the job's Python workers do
-    detector = Detector(DetectorConfig())
+    detector = Detector(config)
     start = time.perf_counter()
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     n = alerts = 0
@@ -456,7 +461,9 @@ def plain_consume(bootstrap: str, topic: str, partitions: int, total: int) -> tu
     return elapsed, alerts
 
 
-def plain_live(bootstrap: str, topic: str, partitions: int, ready: Any, stop: Any, out: Any) -> None:
+def plain_live(
+    bootstrap: str, topic: str, partitions: int, config: DetectorConfig, ready: Any, stop: Any, out: Any
+) -> None:
     """Child process for (c): consume live, record (wall time, alert) as alerts appear."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -467,7 +474,7 @@ def plain_live(bootstrap: str, topic: str, partitions: int, ready: Any, stop: An
     consumer.consume(1, 1.0)
     ready.set()
     tune_for_detector()
-    detector = Detector(DetectorConfig())
+    detector = Detector(config)
     got: list[tuple[float, dict]] = []
     last = time.time()
     idle_flush_s = 10.0
@@ -648,6 +655,13 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="Java options of the job's JVM, as --jvm-options=OPTIONS (fencewatch run's option)",
     )
+    p.add_argument(
+        "--measure-clocks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the job's and the plain consumer's detectors measure every node's clock, as every "
+        "fencewatch command does unless told not to (default: measure)",
+    )
     p.add_argument("--skip", default="", help="comma list of sections to skip: a,b,c,d,e,f")
     args = p.parse_args(argv)
     rates = args.rate or [2000]
@@ -655,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     bucket_counts = list(dict.fromkeys(args.buckets or [1, 8]))
     sizes = args.partitions or [1000, 100_000]
     skip = set(filter(None, args.skip.split(",")))
-    cfg = DetectorConfig()
+    cfg = DetectorConfig(measure_clocks=args.measure_clocks)
     results: list[tuple[str, str]] = []
 
     from confluent_kafka import Consumer  # noqa: F401  (fail early when missing)
@@ -677,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint=str(workdir / f"ckpt-{name}"),
                 alerts_topic=f"alerts-{name}",
                 dead_letter_topic=f"dead-{name}",
-                **kw,
+                **{"detector": cfg, **kw},
             )
             broker.create_topics({f"alerts-{name}": 1, f"dead-{name}": 1})
             return start(spark, options, console=None, on_alert=on_alert)
@@ -698,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
             secs, cpu_runs = [], []
             for i in range(args.repeat):
                 cpu0 = cpu_by_role()
-                s, alerts = plain_consume(bootstrap, "bench-a", tp, n)
+                s, alerts = plain_consume(bootstrap, "bench-a", tp, n, cfg)
                 cpu_runs.append(per_million(cpu_used(cpu0, cpu_by_role()), n))
                 secs.append(s)
                 log(f"plain consumer run {i + 1}: {s:.2f} s, {alerts} alerts")
@@ -832,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
             prog = Progress(q)
             time.sleep(3)
             ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
-            child = ctx.Process(target=plain_live, args=(bootstrap, topic, tp, ready, stop, out))
+            child = ctx.Process(target=plain_live, args=(bootstrap, topic, tp, cfg, ready, stop, out))
             child.start()
             ready.wait(60)
             from confluent_kafka import Producer
@@ -993,9 +1007,10 @@ def main(argv: list[str] | None = None) -> int:
         f"shuffle partitions 2, event topics {tp} partitions, JVM options {args.jvm_options or '(none)'}, "
         f"total run {time.time() - t0:.0f} s"
     )
+    clocks = "measured, as every command does" if cfg.measure_clocks else "unmeasured (--no-measure-clocks)"
     print(
         f"detection: grace {cfg.grace_ms} ms + lateness {cfg.lateness_ms} ms of event time before a "
-        "judgment (by design: latency cannot go below ~that much)"
+        f"judgment (by design: latency cannot go below ~that much); clocks {clocks}"
     )
     width = max(len(k) for k, _ in results)
     for key, value in results:
