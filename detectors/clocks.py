@@ -57,6 +57,14 @@ GAP_MS = 1000
 STEP_MARGIN_MS = 100
 # Claims whose record has not been seen are kept this long (node time) for it.
 _WAITING_MS = 60_000
+# At most this many epochs' records are kept for claims, and as many claims for
+# records not seen: the oldest go first. A burst of partitions created at once
+# (1M new partitions, 4 epochs each) kept every one for two clock windows, and
+# the streaming job pickles a bucket's clocks every micro-batch: 22 MB a bucket,
+# the job's JVM out of heap at 1 GB and 15 s batches at 3 GB (docs/performance.md,
+# "A burst of created epochs"). An epoch dropped early bounds no clock, which
+# leaves a node's interval wider (its verdicts clock uncertain, never false).
+MAX_EPOCHS_KEPT = 20_000
 
 # What a claim refers to: ((topic key, partition), "L" leader epoch or "P" partition epoch, epoch).
 EpochRef = tuple[tuple[str, int], str, int]
@@ -439,7 +447,7 @@ class ClockBook:
         self._created_order.append((ts_ms, ref))
         horizon = ts_ms - 2 * self.window_ms
         order = self._created_order
-        while order and order[0][0] < horizon:
+        while order and (order[0][0] < horizon or len(order) > MAX_EPOCHS_KEPT):
             _, old = order.popleft()
             self.created.pop(old, None)
             self.created_late.pop(old, None)
@@ -498,7 +506,10 @@ class ClockBook:
         if claims is None:
             claims = self.waiting[ref] = {}
             self._waiting_order.append((arrival_ms, ref))
-            while self._waiting_order and self._waiting_order[0][0] < arrival_ms - _WAITING_MS:
+            while self._waiting_order and (
+                self._waiting_order[0][0] < arrival_ms - _WAITING_MS
+                or len(self._waiting_order) > MAX_EPOCHS_KEPT
+            ):
                 _, old = self._waiting_order.popleft()
                 self.waiting.pop(old, None)
         # Per node and bucket only the tightest claim can matter (EvidenceLine.add).

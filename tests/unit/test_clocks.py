@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from detectors.clocks import BUCKET_MS, ClockBook, ClockInterval, EvidenceLine, MetadataClock
+from detectors.clocks import BUCKET_MS, MAX_EPOCHS_KEPT, ClockBook, ClockInterval, EvidenceLine, MetadataClock
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
@@ -108,6 +108,40 @@ def test_a_claim_before_its_record_waits_for_it():
     clocks.created_epoch((PARTITION, "L", 2), 23_000)
     interval = clocks.interval(3, 23_000)
     assert (interval.low_ms, interval.high_ms) == (-1040, -40)
+
+
+def test_a_burst_of_created_epochs_keeps_only_the_newest_and_the_rest_bound_nothing():
+    """A million partitions created at once kept all their epochs for two clock
+    windows, pickled with every bucket each micro-batch (docs/performance.md, "A
+    burst of created epochs"). Past the cap the oldest go; a request that knew
+    one of those bounds no clock, one that knew a kept epoch still does."""
+    clocks = book()
+    burst = [((f"bulk-{i // 1000}", i % 1000), "L", 0) for i in range(MAX_EPOCHS_KEPT + 500)]
+    for ref in burst:
+        clocks.created_epoch(ref, 10_000)
+    assert len(clocks.created) == MAX_EPOCHS_KEPT
+    assert burst[0] not in clocks.created and burst[499] not in clocks.created
+    assert burst[500] in clocks.created and burst[-1] in clocks.created
+    clocks.knows(3, 10_040, burst[0])  # its record is gone: waits for it, bounds nothing
+    assert not clocks.interval(3, 10_040).measured
+    clocks.knows(4, 10_040, burst[-1])
+    assert clocks.interval(4, 10_040).high_ms == 40
+    # Nor is the dropped epoch's record taken for one still to come: a step of
+    # the log's clock later keeps only the kept ones as records of before it.
+    clocks.rebased(20_000, 100)
+    assert len(clocks.earlier) == MAX_EPOCHS_KEPT and burst[0] not in clocks.earlier
+
+
+def test_claims_waiting_for_records_are_capped_too():
+    clocks = book()
+    for i in range(MAX_EPOCHS_KEPT + 10):
+        clocks.knows(3, 10_000, ((f"t{i // 1000}", i % 1000), "L", 1))
+    assert len(clocks.waiting) == MAX_EPOCHS_KEPT
+    clocks.created_epoch((("t0", 0), "L", 1), 10_500)  # the oldest claim was dropped
+    assert not clocks.interval(3, 10_000).measured
+    newest = ((f"t{(MAX_EPOCHS_KEPT + 9) // 1000}", (MAX_EPOCHS_KEPT + 9) % 1000), "L", 1)
+    clocks.created_epoch(newest, 10_500)
+    assert clocks.interval(3, 10_000).high_ms == -500
 
 
 def test_an_alter_partition_and_the_change_it_caused_bound_the_controller_both_ways():
