@@ -35,15 +35,14 @@ class DetectorConfig:
         stops holding back the others' judgments.
     measure_clocks: measure each node's clock, make the metadata log's time
         continuous across its steps and combine event time per source
-        (detectors.clocks, detectors.progress). Off (the default, as up to
-        f6ae53e), the newest time of any source less the lateness is the
+        (detectors.clocks, detectors.progress). Off (this class's default, as
+        up to f6ae53e), the newest time of any source less the lateness is the
         watermark and every clock is taken to agree with the metadata log's
-        within the grace window. Only a detector of a whole cluster measures: a
-        bucket of the streaming job sees only its own partitions' requests, so
-        its clocks and event time would differ from the whole cluster's and
-        different layouts would judge differently. Off here, as in the default
-        job (8 buckets); ``fencewatch replay`` turns it on unless told
-        ``--no-measure-clocks``; docs/architecture.md, "Time and clocks".
+        within the grace window. Every command turns it on unless told
+        ``--no-measure-clocks`` (fencewatch.options). A bucket of the streaming
+        job measures from its own partitions' requests and the records every
+        bucket receives, so its intervals can be wider than the whole cluster's
+        and its judgments wait longer; docs/architecture.md, "Time and clocks".
     """
 
     grace_ms: int = 2000
