@@ -75,6 +75,10 @@ class JobOptions:
     use_builtin_kafka: bool = False
     # Buckets per cluster (detectors.buckets); None: the checkpoint's, or the default.
     buckets: int | None = None
+    # DetectorConfig's own default leaves clocks unmeasured; fencewatch run passes the
+    # command's settings, which measure them unless told not to. A benchmark of the job
+    # as users run it passes DetectorConfig(measure_clocks=True) (docs/performance.md,
+    # "The streaming benchmark with clocks measured").
     detector: DetectorConfig = field(default_factory=DetectorConfig)
 
 
