@@ -55,6 +55,9 @@ GAP_MS = 1000
 # The least a step of the metadata log's clock is taken to be misplaced by
 # (MetadataClock.step_margin_ms).
 STEP_MARGIN_MS = 100
+# The (writer, shift) changes of the metadata log's clock kept for placing
+# controllers' requests from before the newest (MetadataClock.shift_of).
+_HISTORY = 64
 # Claims whose record has not been seen are kept this long (node time) for it.
 _WAITING_MS = 60_000
 # At most this many epochs' records are kept for claims, and as many claims for
@@ -813,6 +816,7 @@ class MetadataClock:
     __slots__ = (
         "back",
         "gaps",
+        "history",
         "last_noop_ms",
         "last_raw_ms",
         "noop_gaps",
@@ -839,6 +843,9 @@ class MetadataClock:
         self.shifts: dict[int, int] = {}
         # The shift before the first LeaderChange seen, whose writer none named.
         self.unnamed_ms: int | None = None
+        # Each (writer, shift) the log took, from which of its records on: (that
+        # record's own time, the writer named then or None, the shift).
+        self.history: deque[tuple[int, int | None, int]] = deque(maxlen=_HISTORY)
 
     def __getstate__(self) -> tuple[Any, ...]:
         return (
@@ -852,6 +859,7 @@ class MetadataClock:
             self.writer,
             self.shifts,
             self.unnamed_ms,
+            list(self.history),
         )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
@@ -865,6 +873,7 @@ class MetadataClock:
         self.writer = state[7] if len(state) > 7 else None
         self.shifts = state[8] if len(state) > 8 else {}
         self.unnamed_ms = state[9] if len(state) > 9 else None
+        self.history = deque(state[10] if len(state) > 10 else (), maxlen=_HISTORY)
 
     def ticking(self) -> bool:
         """The log's NoOps have come at a steady beat lately: a long silence is
@@ -893,12 +902,22 @@ class MetadataClock:
             self.shifts[last[1]] = self.shift_ms
         return True
 
-    def shift_of(self, node: int | None) -> int:
+    def shift_of(self, node: int | None, ts_ms: int | None = None) -> int:
         """The shift that places controller ``node``'s own times in the log's
         (exactly, while its clock holds): the one the log had while ``node``
         last wrote it; while no LeaderChange names the writer, the current
         one; for a node none named, the one from before the first LeaderChange
-        (it wrote the log then, if ever)."""
+        (it wrote the log then, if ever).
+
+        ``ts_ms``: a time of ``node``'s own clock, for the shift in force then,
+        when the log kept it: the newest shift is a later tenure's once the
+        node took the log back, and a request from before it was placed by
+        that (a verdict that then depended on how far the log had been read:
+        tests/unit/test_redelivery.py)."""
+        if ts_ms is not None:
+            for since_ms, writer_node, shift in reversed(self.history):
+                if since_ms <= ts_ms and writer_node in (None, node):
+                    return shift
         writer = self.writer
         if writer is None or writer[1] < 0 or writer[1] == node:
             return self.shift_ms
@@ -917,6 +936,14 @@ class MetadataClock:
         """The continuous time of the record at ``ts_ms`` (in log order);
         ``noop``: a NO_OP_RECORD, the log's heartbeat; ``took_over``: a
         LeaderChange record that handed the log over (:meth:`took_over`)."""
+        placed = self._place(ts_ms, offset, noop, took_over)
+        writer = None if self.writer is None or self.writer[1] < 0 else self.writer[1]
+        history = self.history
+        if not history or history[-1][1:] != (writer, self.shift_ms):
+            history.append((ts_ms, writer, self.shift_ms))
+        return placed
+
+    def _place(self, ts_ms: int, offset: int | None, noop: bool, took_over: bool) -> int:
         ticking = self.ticking()
         if noop:
             if self.last_noop_ms is not None:

@@ -158,7 +158,7 @@ class ClusterState:
         its request lines and its records carry one clock: the shift the log's
         time had while it wrote places them exactly, whatever its interval
         (MetadataClock.shift_of)."""
-        shift = self.metadata_clock.shift_of(env.node) if self.measures_clocks else 0
+        shift = self.metadata_clock.shift_of(env.node, env.ts_ms) if self.measures_clocks else 0
         return env.ts_ms - handling_ms(env) + shift, env.ts_ms + shift
 
     def partition_window(

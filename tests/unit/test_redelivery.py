@@ -153,6 +153,21 @@ def test_pieces_that_read_the_log_ahead_of_a_fast_brokers_lines_miss_no_verdict(
     assert _verdicts(alerts) == _verdicts(clean)
 
 
+def test_a_controller_answer_judged_after_a_later_step_of_the_log_was_read_is_placed_before_it():
+    """Found in 150 more draws of the property above (2026-12-06, fifth session):
+    broker 3, 3 s ahead; the first piece read starts late (lines 11,023-15,149
+    of 16,001). Controller 3000's OPERATION_NOT_ATTEMPTED answer to an
+    AlterPartition v3 at line 6,626 (ALTER_PARTITION_ERROR_VERSION_MISMATCH:
+    judged against the new ISR's broker states over the controller's handling)
+    was placed at 3,644-3,646 ms in the whole file, where broker 4 was fenced,
+    and 263 ms later in the pieces, where it no longer was: by the time the
+    pieces judged it, 3000 had taken the log back with a later shift, and
+    ``MetadataClock.shift_of`` gave a writer's newest shift, not the one in
+    force when it wrote at the request's time."""
+    clean, alerts, _, _, _ = overlapping_pieces(3396670345, "3=+3s", 1354472076)
+    assert _verdicts(alerts) == _verdicts(clean)
+
+
 def overlapping_pieces(
     seed: int, clock: str, shuffle_seed: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Detector, list[DeadLetter], int]:
