@@ -483,30 +483,10 @@ def test_a_controller_back_in_office_is_placed_no_earlier_than_its_predecessor()
     assert restored.shifts == {} and restored.unnamed_ms is None
 
 
-def test_a_controller_request_is_placed_by_the_shift_of_its_own_time_not_the_newest():
-    """Controller 3000 back in office with a new shift (its clock stepped 5 s
-    ahead while out of office): its requests from its first term are still
-    placed by that term's shift, whenever they are judged
-    (ClusterState.controller_handled; found in pieces of a history that read
-    the take-back before judging an older AlterPartition answer)."""
-    clock = MetadataClock()
-    clock.place(0, 0, took_over=clock.took_over(1, 3000))
-    for i in range(1, 6):
-        clock.place(500 * i, i, noop=True)
-    clock.place(3000, 6, took_over=clock.took_over(2, 3001))
-    for i in range(1, 6):
-        clock.place(3000 + 500 * i, 6 + i, noop=True)
-    assert clock.place(5600 + 5000, 12, took_over=clock.took_over(3, 3000)) == 6000
-    assert clock.shift_of(3000) == -4600
-    assert clock.shift_of(3000, 2500) == 0  # its first term, by its own clock
-    assert clock.shift_of(3000, 10_700) == -4600  # its second term
-    assert clock.shift_of(3001, 4000) == 0
-    restored = MetadataClock.__new__(MetadataClock)
-    restored.__setstate__(clock.__getstate__()[:10])  # state saved before the history was kept
-    assert restored.shift_of(3000, 2500) == -4600  # the newest, as before
-
-
-def test_a_controller_back_in_office_with_its_clock_ahead_is_a_step_while_noops_tick():
+def back_in_office_ahead() -> tuple[MetadataClock, int]:
+    """Controller 3000 writes the log, 3001 takes it over, and 3000 takes it
+    back with its clock stepped 5 s forward while out of office: the clock,
+    and where 3000's first record back was placed."""
     clock = MetadataClock()
     clock.place(0, 0, took_over=clock.took_over(1, 3000))
     for i in range(1, 6):
@@ -514,9 +494,28 @@ def test_a_controller_back_in_office_with_its_clock_ahead_is_a_step_while_noops_
     clock.place(3000, 6, took_over=clock.took_over(2, 3001))
     for i in range(7, 10):
         clock.place(500 * i, i, noop=True)
-    # Its clock stepped 5 s forward while out of office: placed the longest recent gap on.
-    assert clock.place(5000 + 5000, 10, took_over=clock.took_over(3, 3000)) == 4500 + 500
+    return clock, clock.place(5000 + 5000, 10, took_over=clock.took_over(3, 3000))
+
+
+def test_a_controller_back_in_office_with_its_clock_ahead_is_a_step_while_noops_tick():
+    clock, placed = back_in_office_ahead()
+    assert placed == 4500 + 500  # the longest recent gap on
     assert [moved for _, moved in clock.steps] == [5000]
+
+
+def test_a_controller_request_is_placed_by_the_shift_of_its_own_time_not_the_newest():
+    """A controller back in office with a new shift: its requests from its
+    first term are still placed by that term's shift, whenever they are
+    judged (ClusterState.controller_handled; found in pieces of a history that
+    read the take-back before judging an older AlterPartition answer)."""
+    clock, _ = back_in_office_ahead()
+    assert clock.shift_of(3000) == -5000
+    assert clock.shift_of(3000, 2500) == 0  # its first term, by its own clock
+    assert clock.shift_of(3000, 10_100) == -5000  # its second term
+    assert clock.shift_of(3001, 4000) == 0
+    restored = MetadataClock.__new__(MetadataClock)
+    restored.__setstate__(clock.__getstate__()[:10])  # state saved before the history was kept
+    assert restored.shift_of(3000, 2500) == -5000  # the newest, as before
 
 
 def test_records_stamped_out_of_order_without_a_step_move_nothing():
