@@ -939,7 +939,8 @@ class MetadataClock:
         placed = self._place(ts_ms, offset, noop, took_over)
         writer = None if self.writer is None or self.writer[1] < 0 else self.writer[1]
         history = self.history
-        if not history or history[-1][1:] != (writer, self.shift_ms):
+        last = history[-1] if history else None
+        if last is None or last[1] != writer or last[2] != self.shift_ms:
             history.append((ts_ms, writer, self.shift_ms))
         return placed
 
