@@ -691,7 +691,8 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint=str(workdir / f"ckpt-{name}"),
                 alerts_topic=f"alerts-{name}",
                 dead_letter_topic=f"dead-{name}",
-                **{"detector": cfg, **kw},
+                detector=cfg,
+                **kw,
             )
             broker.create_topics({f"alerts-{name}": 1, f"dead-{name}": 1})
             return start(spark, options, console=None, on_alert=on_alert)

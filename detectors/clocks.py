@@ -902,22 +902,20 @@ class MetadataClock:
             self.shifts[last[1]] = self.shift_ms
         return True
 
-    def shift_of(self, node: int | None, ts_ms: int | None = None) -> int:
-        """The shift that places controller ``node``'s own times in the log's
-        (exactly, while its clock holds): the one the log had while ``node``
-        last wrote it; while no LeaderChange names the writer, the current
-        one; for a node none named, the one from before the first LeaderChange
-        (it wrote the log then, if ever).
-
-        ``ts_ms``: a time of ``node``'s own clock, for the shift in force then,
-        when the log kept it: the newest shift is a later tenure's once the
-        node took the log back, and a request from before it was placed by
-        that (a verdict that then depended on how far the log had been read:
-        tests/unit/test_redelivery.py)."""
-        if ts_ms is not None:
-            for since_ms, writer_node, shift in reversed(self.history):
-                if since_ms <= ts_ms and writer_node in (None, node):
-                    return shift
+    def shift_of(self, node: int | None, ts_ms: int) -> int:
+        """The shift that places controller ``node``'s own time ``ts_ms`` in the
+        log's (exactly, while its clock holds): the one in force then, as the
+        log's newest changes of writer or shift tell (a writer's newest shift
+        is a later tenure's once it took the log back, and a request from
+        before it was placed by that: a verdict that then depended on how far
+        the log had been read, tests/unit/test_redelivery.py). Older than
+        those: the one the log had while ``node`` last wrote it; while no
+        LeaderChange names the writer, the current one; for a node none
+        named, the one from before the first LeaderChange (it wrote the log
+        then, if ever)."""
+        for since_ms, writer_node, shift in reversed(self.history):
+            if since_ms <= ts_ms and writer_node in (None, node):
+                return shift
         writer = self.writer
         if writer is None or writer[1] < 0 or writer[1] == node:
             return self.shift_ms
