@@ -13,7 +13,14 @@ The tool (Kafka's ``DumpLogSegments``) prints, per file::
 
 Each record line with a ``payload:`` becomes an envelope whose ``body`` is the
 payload object (``{"type", "version", "data"}``), with ``offset`` and ``ts_ms``
-from the record line.
+from the record line; the secrets the tool prints in clear (configuration
+values fencewatch does not read, SCRAM credentials) are replaced by
+``(redacted)`` (:mod:`detectors.metadata_configs`). A record of a version the
+tool knows and fencewatch's native reader does not (a Kafka newer than the
+schemas in ``producers/metadata_schemas``) keeps every field the tool printed;
+the native reader gives the fields of the newest version it knows
+(``producers.metadata_records``), so only the fields the rules read, which
+every version has, are the same on both paths then.
 
 A LeaderChange control record of a log segment is a quorum fact (KIP-595: the
 leader records the start of its epoch) and becomes an envelope too, with
@@ -74,6 +81,7 @@ import orjson
 from detectors.envelope import BadRecord, DeadLetter, DeadLetterClass, Envelope, envelope_or_dead_letter
 from detectors.fields import json_object
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, LongLine, bounded_lines, decode_line, within_limit
+from detectors.metadata_configs import redacted
 from detectors.quorum import KRAFT_VOTERS, LEADER_CHANGE
 
 _RECORD = re.compile(r"\|\s*offset: (-?\d+) (\w+): (-?\d+)(.*)")
@@ -433,7 +441,7 @@ def _payload(text: str) -> dict[str, Any]:
         raise BadRecord(
             f"payload 'data' must be a JSON object, got {type(data).__name__}", DeadLetterClass.WRONG_TYPE
         )
-    return body
+    return redacted(body)
 
 
 def _last_contained_ts(text: str) -> int | None:

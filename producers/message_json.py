@@ -2,12 +2,12 @@
 
 The input is a message in Kafka's serialization at a flexible version (every
 metadata record and KRaft control record is flexible from version 0):
-integers big-endian, ``bool`` one byte, ``uuid`` 16 bytes, strings and arrays
-compact (an unsigned varint of length + 1, 0 for null), and every struct,
-the message included, ending in its tagged-field section (an unsigned varint
-count, then per field its tag, its size and its bytes). That is Kafka's
-generated ``*Data.read`` (``generator/.../MessageDataGenerator.java``,
-``ByteBufferAccessor``).
+integers big-endian, ``bool`` one byte, ``float64`` eight (IEEE 754),
+``uuid`` 16 bytes, strings, ``bytes`` and arrays compact (an unsigned varint
+of length + 1, 0 for null), and every struct, the message included, ending
+in its tagged-field section (an unsigned varint count, then per field its
+tag, its size and its bytes). That is Kafka's generated ``*Data.read``
+(``generator/.../MessageDataGenerator.java``, ``ByteBufferAccessor``).
 
 The output is what Kafka's generated ``*JsonConverter.write``
 (``JsonConverterGenerator.java``) writes, as ``kafka-dump-log.sh
@@ -15,7 +15,8 @@ The output is what Kafka's generated ``*JsonConverter.write``
 (``MetadataJsonConverters.writeJson``): in schema order, every field present
 at the message's version, named in lowerCamelCase; a tagged field only when
 it differs from its default; ``uuid`` as ``Uuid.toString()`` (URL-safe
-base64 without padding); arrays and structs as JSON arrays and objects; null
+base64 without padding); ``bytes`` as standard base64 with padding (Jackson's
+``BinaryNode``); ``float64`` as a number; arrays and structs as JSON arrays and objects; null
 as null.
 
 Why a decoder of our own and not kafka-python's: kafka-python's generated
@@ -52,8 +53,9 @@ from kafka.protocol.schemas import BaseField
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
-# Fixed-width field types: struct format characters (big-endian).
-_FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "bool": "?"}
+# Fixed-width field types: struct format characters (big-endian; float64 is
+# an IEEE 754 double, ``ByteBufferAccessor.readDouble``).
+_FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "bool": "?", "float64": "d"}
 _INTEGERS = ("int8", "int16", "int32", "int64", "uint16")
 _ARRAY_ITEMS = {*_FIXED, "uuid", "string"}
 # Arrays of fixed-width items up to this length are read with a prepared Struct.
@@ -68,6 +70,12 @@ def uuid_text(raw: bytes) -> str:
 
 
 ZERO_UUID = uuid_text(bytes(16))
+
+
+def bytes_text(raw: bytes) -> str:
+    """A ``bytes`` field as Jackson writes the ``BinaryNode`` the JSON
+    converter makes of it: standard base64 with padding."""
+    return base64.b64encode(raw).decode("ascii")
 
 
 @lru_cache(maxsize=1 << 16)
@@ -138,6 +146,7 @@ class _Source:
             "_uvarint": uvarint,
             "_uuid": uuid_text,
             "_uuids": uuid_texts,
+            "_bytes": bytes_text,
             "_Struct": struct.Struct,
         }
 
@@ -238,13 +247,17 @@ class _Source:
             self.emit(indent, "pos += 16")
             return
         element = kind.removeprefix("[]")
-        if kind != "string" and "fields" not in spec and (kind == element or element not in _ARRAY_ITEMS):
+        is_array_of_known = kind != element and element in _ARRAY_ITEMS
+        if kind not in ("string", "bytes") and "fields" not in spec and not is_array_of_known:
             raise ValueError(f"field {name}: type {kind} is not read here")
         self._length(spec, variable, indent)
         self.emit(indent, "else:")
         body = indent + 1
         if kind == "string":
             self.emit(body, f"{variable} = data[pos:pos + {n}].decode('utf-8')")
+            self.emit(body, f"pos += {n}")
+        elif kind == "bytes":
+            self.emit(body, f"{variable} = _bytes(data[pos:pos + {n}])")
             self.emit(body, f"pos += {n}")
         elif kind == "[]uuid":
             # One look-up for the whole array: a partition's directories repeat as a set.

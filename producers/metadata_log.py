@@ -24,7 +24,8 @@ one a view started from it needs). A snapshot's
 records (``Snapshots``/``FileRawSnapshotReader``: SnapshotHeader, the records
 numbered from 0, SnapshotFooter) carry ``offset: null`` and the header's
 ``lastContainedLogTimestamp`` as ``ts_ms`` when it is positive. Only
-``position`` differs: ``FILE:BYTE`` of the record's batch.
+``position`` differs: ``FILE:BYTE`` of the record's batch. Secrets are
+redacted as on that path (:func:`detectors.metadata_configs.redacted`).
 
 Kafka writes the metadata log uncompressed (``KafkaRaftClient`` and
 ``RecordsSnapshotWriter`` use ``Compression.NONE``); a compressed batch is
@@ -59,9 +60,11 @@ from detectors.envelope import (
     envelope_or_dead_letter,
 )
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES
+from detectors.metadata_configs import redacted
 from detectors.quorum import KRAFT_VOTERS, LEADER_CHANGE
 from producers.metadata_records import (
     CONTROL_TYPE_NAMES,
+    ReadAsOlder,
     RecordError,
     Unreadable,
     control_type,
@@ -87,7 +90,10 @@ class MetadataLogStats:
     is exactly one of: an envelope (``records``), a dead letter, a control
     record (``control_records_by_type``, LeaderChange of a segment excepted: it
     is an envelope) or a record without a schema here (``unread_by_type``). A
-    batch that cannot be read is one dead letter."""
+    batch that cannot be read is one dead letter. Of the envelopes,
+    ``read_as_older_by_type`` counts the records of a version newer than its
+    schema here, read by the fields of the newest one
+    (:class:`producers.metadata_records.ReadAsOlder`)."""
 
     files: int = 0
     batches: int = 0
@@ -96,6 +102,7 @@ class MetadataLogStats:
     records_by_type: dict[str, int] = field(default_factory=dict)
     control_records_by_type: dict[str, int] = field(default_factory=dict)
     unread_by_type: dict[str, int] = field(default_factory=dict)
+    read_as_older_by_type: dict[str, int] = field(default_factory=dict)
 
     @property
     def control_records(self) -> int:
@@ -104,6 +111,10 @@ class MetadataLogStats:
     @property
     def unread(self) -> int:
         return sum(self.unread_by_type.values())
+
+    @property
+    def read_as_older(self) -> int:
+        return sum(self.read_as_older_by_type.values())
 
 
 def _count(counts: dict[str, int], key: str) -> None:
@@ -314,7 +325,10 @@ class MetadataLogFile:
             if isinstance(decoded, Unreadable):
                 _count(unread, decoded.name)
                 continue
-            yield self._envelope(decoded, ts_ms, offset, position)
+            if isinstance(decoded, ReadAsOlder):
+                _count(self.stats.read_as_older_by_type, decoded.name)
+                decoded = decoded.body
+            yield self._envelope(redacted(decoded), ts_ms, offset, position)
 
     def _record(self, batch: RecordBatch, record: Any, position: str) -> Envelope | DeadLetter | None:
         """A record of a control batch: a LeaderChange of a segment is an envelope."""

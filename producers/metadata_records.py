@@ -16,9 +16,31 @@ KRaftVersion/KRaftVoters) carry no frame: Kafka's ``ControlRecordUtils`` reads
 each value as its message at version 0 (``*_CURRENT_VERSION``), the key being
 ``ControlRecordType``'s int16 version and int16 type.
 
-Only the record types fencewatch's rules read are vendored. Any other type,
-and any version newer than its schema, is :class:`Unreadable`: counted and
-named by the reader, never an error.
+Every metadata record type Kafka 4.4 has is vendored, so a log Kafka up to
+4.4 wrote has no record this module cannot read. A type Kafka added later is
+:class:`Unreadable`: counted and named by the reader, never an error.
+
+A record of a version newer than the newest its schema has here (written by a
+Kafka after 4.4) is read by that newest version's fields when its bytes fit
+them exactly (:class:`ReadAsOlder`), and is :class:`Unreadable` otherwise.
+When that is right, and when not: Kafka's message generator lets a new version
+change anything, and Kafka itself never reads a version it does not know (the
+generated ``read`` throws ``UnsupportedVersionException``; ``metadata.version``
+keeps a controller from writing a version every node cannot read). Reading
+version N by version M's fields is right exactly when N kept M's untagged
+fields, in order and type, and only added tagged fields (to the record or to
+one of its structs), since a reader skips a tag it does not know by its size
+(Kafka's generated readers keep such fields aside, ``_unknownTaggedFields``).
+RegisterBrokerRecord v3 and v4 (LogDirs, CordonedLogDirs) and
+BrokerRegistrationChangeRecord v1-v3 grew that way. It is wrong when N
+changed the untagged layout, which Kafka has done too: RegisterBrokerRecord v1
+and v2 added untagged ``InControlledShutdown`` and ``IsMigratingZkBroker``,
+PartitionRecord v1 untagged ``Directories``. Such bytes almost never fit (an
+added or dropped field changes the length; a string read where an integer
+was breaks its length prefix) and are then counted, not guessed at; only a
+change that keeps every length and offset (one int32 field replaced by
+another) cannot be told from the bytes and would be misread. The reader counts
+every record read this way by what it was read as, so the summary says so.
 """
 
 from __future__ import annotations
@@ -34,49 +56,38 @@ from producers.message_json import Reader, struct_decoder, uvarint
 SCHEMA_PACKAGE = "producers.metadata_schemas"
 FRAME_VERSION = 1  # AbstractApiMessageSerde.DEFAULT_FRAME_VERSION
 
-# Every metadata record type Kafka 3.3-4.1 writes, by api key, named as
-# MetadataRecordType prints them; the vendored ones (VENDORED_RECORDS) are decoded.
-RECORD_TYPE_NAMES = {
-    0: "REGISTER_BROKER_RECORD",
-    1: "UNREGISTER_BROKER_RECORD",
-    2: "TOPIC_RECORD",
-    3: "PARTITION_RECORD",
-    4: "CONFIG_RECORD",
-    5: "PARTITION_CHANGE_RECORD",
-    7: "FENCE_BROKER_RECORD",
-    8: "UNFENCE_BROKER_RECORD",
-    9: "REMOVE_TOPIC_RECORD",
-    10: "DELEGATION_TOKEN_RECORD",
-    11: "USER_SCRAM_CREDENTIAL_RECORD",
-    12: "FEATURE_LEVEL_RECORD",
-    14: "CLIENT_QUOTA_RECORD",
-    15: "PRODUCER_IDS_RECORD",
-    17: "BROKER_REGISTRATION_CHANGE_RECORD",
-    18: "ACCESS_CONTROL_ENTRY_RECORD",
-    19: "REMOVE_ACCESS_CONTROL_ENTRY_RECORD",
-    20: "NO_OP_RECORD",
-    21: "ZK_MIGRATION_STATE_RECORD",
-    22: "REMOVE_USER_SCRAM_CREDENTIAL_RECORD",
-    23: "BEGIN_TRANSACTION_RECORD",
-    24: "END_TRANSACTION_RECORD",
-    25: "ABORT_TRANSACTION_RECORD",
-    26: "REMOVE_DELEGATION_TOKEN_RECORD",
-    27: "REGISTER_CONTROLLER_RECORD",
-    28: "CLEAR_ELR_RECORD",
+# Every metadata record type Kafka 4.4 has (MetadataRecordType), by api key:
+# its name as MetadataRecordType prints it and its schema file here.
+METADATA_RECORDS = {
+    0: ("REGISTER_BROKER_RECORD", "RegisterBrokerRecord"),
+    1: ("UNREGISTER_BROKER_RECORD", "UnregisterBrokerRecord"),
+    2: ("TOPIC_RECORD", "TopicRecord"),
+    3: ("PARTITION_RECORD", "PartitionRecord"),
+    4: ("CONFIG_RECORD", "ConfigRecord"),
+    5: ("PARTITION_CHANGE_RECORD", "PartitionChangeRecord"),
+    7: ("FENCE_BROKER_RECORD", "FenceBrokerRecord"),
+    8: ("UNFENCE_BROKER_RECORD", "UnfenceBrokerRecord"),
+    9: ("REMOVE_TOPIC_RECORD", "RemoveTopicRecord"),
+    10: ("DELEGATION_TOKEN_RECORD", "DelegationTokenRecord"),
+    11: ("USER_SCRAM_CREDENTIAL_RECORD", "UserScramCredentialRecord"),
+    12: ("FEATURE_LEVEL_RECORD", "FeatureLevelRecord"),
+    14: ("CLIENT_QUOTA_RECORD", "ClientQuotaRecord"),
+    15: ("PRODUCER_IDS_RECORD", "ProducerIdsRecord"),
+    17: ("BROKER_REGISTRATION_CHANGE_RECORD", "BrokerRegistrationChangeRecord"),
+    18: ("ACCESS_CONTROL_ENTRY_RECORD", "AccessControlEntryRecord"),
+    19: ("REMOVE_ACCESS_CONTROL_ENTRY_RECORD", "RemoveAccessControlEntryRecord"),
+    20: ("NO_OP_RECORD", "NoOpRecord"),
+    21: ("ZK_MIGRATION_STATE_RECORD", "ZkMigrationRecord"),
+    22: ("REMOVE_USER_SCRAM_CREDENTIAL_RECORD", "RemoveUserScramCredentialRecord"),
+    23: ("BEGIN_TRANSACTION_RECORD", "BeginTransactionRecord"),
+    24: ("END_TRANSACTION_RECORD", "EndTransactionRecord"),
+    25: ("ABORT_TRANSACTION_RECORD", "AbortTransactionRecord"),
+    26: ("REMOVE_DELEGATION_TOKEN_RECORD", "RemoveDelegationTokenRecord"),
+    27: ("REGISTER_CONTROLLER_RECORD", "RegisterControllerRecord"),
+    28: ("CLEAR_ELR_RECORD", "ClearElrRecord"),
+    29: ("UNREGISTER_CONTROLLER_RECORD", "UnregisterControllerRecord"),
 }
-VENDORED_RECORDS = {
-    0: "RegisterBrokerRecord",
-    1: "UnregisterBrokerRecord",
-    2: "TopicRecord",
-    3: "PartitionRecord",
-    5: "PartitionChangeRecord",
-    7: "FenceBrokerRecord",
-    8: "UnfenceBrokerRecord",
-    9: "RemoveTopicRecord",
-    12: "FeatureLevelRecord",
-    17: "BrokerRegistrationChangeRecord",
-    20: "NoOpRecord",
-}
+RECORD_TYPE_NAMES = {key: name for key, (name, _) in METADATA_RECORDS.items()}
 
 # ControlRecordType ids and names (clients/.../common/record/ControlRecordType.java).
 CONTROL_TYPE_NAMES = {
@@ -110,6 +121,22 @@ class Unreadable:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadAsOlder:
+    """A record of a version newer than its schema here, read by the fields of
+    ``read_as``, the newest version the schema has (see the module's
+    docstring for when that is right): ``body`` is ``{"type", "version",
+    "data"}`` with the record's own version and ``read_as``'s fields."""
+
+    body: dict[str, Any]
+    read_as: int
+
+    @property
+    def name(self) -> str:
+        """How it is counted: ``REGISTER_BROKER_RECORD v5 read as v4``."""
+        return f"{self.body['type']} v{self.body['version']} read as v{self.read_as}"
+
+
+@dataclass(frozen=True, slots=True)
 class Schema:
     """A vendored message schema: its name and a decoder for each version it has."""
 
@@ -126,11 +153,13 @@ def _schema(name: str) -> Schema:
     flexible = BaseField.parse_versions(schema["flexibleVersions"])
     if flexible is None or flexible[0] > low:
         raise ValueError(f"{name}: only flexible versions are read here")
-    decoders = {version: struct_decoder(schema["fields"], version, name) for version in range(low, high + 1)}
-    return Schema(name, high, decoders)
+    message = schema["name"]  # ZkMigrationRecord.json holds ZkMigrationStateRecord
+    fields = schema["fields"]
+    decoders = {version: struct_decoder(fields, version, message) for version in range(low, high + 1)}
+    return Schema(message, high, decoders)
 
 
-RECORD_SCHEMAS = {key: _schema(name) for key, name in VENDORED_RECORDS.items()}
+RECORD_SCHEMAS = {key: _schema(file) for key, (_, file) in METADATA_RECORDS.items()}
 CONTROL_SCHEMAS = {key: _schema(name) for key, name in CONTROL_SCHEMA_NAMES.items()}
 
 
@@ -162,11 +191,12 @@ def _decode(schema: Schema, decode: Reader, data: bytes, pos: int, version: int)
     return message
 
 
-def decode_metadata_value(value: bytes) -> dict[str, Any] | Unreadable:
+def decode_metadata_value(value: bytes) -> dict[str, Any] | ReadAsOlder | Unreadable:
     """A metadata record's body as ``DumpLogSegments`` prints it
-    (``{"type", "version", "data"}``), or :class:`Unreadable` for a type or
-    version without a schema here; :class:`RecordError` for bytes that are no
-    metadata record."""
+    (``{"type", "version", "data"}``); :class:`ReadAsOlder` for a version newer
+    than its schema here that fits the newest one, :class:`Unreadable` for a
+    type without a schema here or a newer version that does not fit;
+    :class:`RecordError` for bytes that are no metadata record."""
     known = _DECODERS_BY_HEADER.get(value[:3])
     if known is not None:
         name, version, schema, decode = known
@@ -182,14 +212,18 @@ def decode_metadata_value(value: bytes) -> dict[str, Any] | Unreadable:
     record_schema = RECORD_SCHEMAS.get(api_key)
     if record_schema is None:
         return Unreadable(RECORD_TYPE_NAMES.get(api_key, f"api key {api_key}"))
+    name = RECORD_TYPE_NAMES[api_key]
     reader = record_schema.decoders.get(version)
-    if reader is None:
-        return Unreadable(f"{RECORD_TYPE_NAMES[api_key]} v{version}")
-    return {
-        "type": RECORD_TYPE_NAMES[api_key],
-        "version": version,
-        "data": _decode(record_schema, reader, value, pos, version),
-    }
+    if reader is not None:
+        return {"type": name, "version": version, "data": _decode(record_schema, reader, value, pos, version)}
+    newest = record_schema.max_version
+    if version < newest:  # below the oldest version: no Kafka wrote it
+        return Unreadable(f"{name} v{version}")
+    try:
+        data = _decode(record_schema, record_schema.decoders[newest], value, pos, newest)
+    except RecordError:
+        return Unreadable(f"{name} v{version}")
+    return ReadAsOlder({"type": name, "version": version, "data": data}, newest)
 
 
 def control_type(key: bytes | None) -> int:

@@ -34,9 +34,9 @@ from kafka.record.util import calc_crc32c
 from producers.metadata_records import (
     CONTROL_SCHEMA_NAMES,
     CONTROL_TYPE_NAMES,
+    METADATA_RECORDS,
     RECORD_TYPE_NAMES,
     SCHEMA_PACKAGE,
-    VENDORED_RECORDS,
 )
 
 _API_KEYS = {name: key for key, name in RECORD_TYPE_NAMES.items()}
@@ -118,7 +118,7 @@ def _message_class(name: str) -> Any:
     )
 
 
-_RECORD_CLASSES = {key: _message_class(name) for key, name in VENDORED_RECORDS.items()}
+_RECORD_CLASSES = {key: _message_class(file) for key, (_, file) in METADATA_RECORDS.items()}
 _CONTROL_CLASSES = {key: _message_class(name) for key, name in CONTROL_SCHEMA_NAMES.items()}
 
 

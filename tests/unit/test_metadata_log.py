@@ -64,9 +64,9 @@ _PARTITION = {
     "leaderEpoch": 0,
     "partitionEpoch": 0,
 }
-# Every record type fencewatch's rules read, at every version Kafka 3.3-4.1
-# writes, as DumpLogSegments prints it: every untagged field of the version,
-# tagged fields only when not their default (JsonConverterGenerator).
+# Every metadata record type Kafka 4.4 has, at every version, as
+# DumpLogSegments prints it: every untagged field of the version, tagged
+# fields only when not their default (JsonConverterGenerator).
 EVERY_VERSION = [
     body("FEATURE_LEVEL_RECORD", 0, {"name": "metadata.version", "featureLevel": 25}),
     body("REGISTER_BROKER_RECORD", 0, {**_BROKER, "features": FEATURES, "rack": None, "fenced": True}),
@@ -98,6 +98,20 @@ EVERY_VERSION = [
             "fenced": True,
             "inControlledShutdown": False,
             "logDirs": DIRS[:1],
+        },
+    ),
+    body(
+        "REGISTER_BROKER_RECORD",
+        4,
+        {
+            **_BROKER,
+            "isMigratingZkBroker": False,
+            "features": FEATURES,
+            "rack": None,
+            "fenced": True,
+            "inControlledShutdown": False,
+            "logDirs": DIRS[:2],
+            "cordonedLogDirs": DIRS[1:2],
         },
     ),
     body("TOPIC_RECORD", 0, {"name": "orders", "topicId": TOPIC_ID}),
@@ -154,11 +168,95 @@ EVERY_VERSION = [
         2,
         {"brokerId": 3, "brokerEpoch": 12, "fenced": 1, "logDirs": DIRS[2:]},
     ),
+    body("BROKER_REGISTRATION_CHANGE_RECORD", 3, {"brokerId": 3, "brokerEpoch": 12, "cordonedLogDirs": []}),
     body("FENCE_BROKER_RECORD", 0, {"id": 2, "epoch": 11}),
     body("UNFENCE_BROKER_RECORD", 0, {"id": 2, "epoch": 11}),
     body("UNREGISTER_BROKER_RECORD", 0, {"brokerId": 3, "brokerEpoch": 12}),
     body("REMOVE_TOPIC_RECORD", 0, {"topicId": OTHER_TOPIC_ID}),
     body("NO_OP_RECORD", 0, {}),
+    body(
+        "CONFIG_RECORD",
+        0,
+        {"resourceType": 2, "resourceName": "orders", "name": "min.insync.replicas", "value": "2"},
+    ),
+    body(
+        "CONFIG_RECORD",
+        0,
+        {"resourceType": 4, "resourceName": "", "name": "unclean.leader.election.enable", "value": None},
+    ),
+    body(
+        "DELEGATION_TOKEN_RECORD",
+        0,
+        {
+            "owner": "User:alice",
+            "requester": "User:alice",
+            "renewers": ["User:bob"],
+            "issueTimestamp": T0,
+            "maxTimestamp": T0 + 604_800_000,
+            "expirationTimestamp": T0 + 86_400_000,
+            "tokenId": "token-1",
+        },
+    ),
+    body(
+        "USER_SCRAM_CREDENTIAL_RECORD",
+        0,
+        {
+            "name": "alice",
+            "mechanism": 1,
+            "salt": "c2FsdA==",
+            "storedKey": "AAECAw==",
+            "serverKey": "/w==",
+            "iterations": 4096,
+        },
+    ),
+    body(
+        "CLIENT_QUOTA_RECORD",
+        0,
+        {
+            "entity": [
+                {"entityType": "user", "entityName": "alice"},
+                {"entityType": "client-id", "entityName": None},
+            ],
+            "key": "producer_byte_rate",
+            "value": 1048576.5,
+            "remove": False,
+        },
+    ),
+    body("PRODUCER_IDS_RECORD", 0, {"brokerId": 1, "brokerEpoch": 10, "nextProducerId": 2000}),
+    body(
+        "ACCESS_CONTROL_ENTRY_RECORD",
+        0,
+        {
+            "id": DIRS[0],
+            "resourceType": 2,
+            "resourceName": "orders",
+            "patternType": 3,
+            "principal": "User:alice",
+            "host": "*",
+            "operation": 3,
+            "permissionType": 3,
+        },
+    ),
+    body("REMOVE_ACCESS_CONTROL_ENTRY_RECORD", 0, {"id": DIRS[0]}),
+    body("ZK_MIGRATION_STATE_RECORD", 0, {"zkMigrationState": 0}),
+    body("REMOVE_USER_SCRAM_CREDENTIAL_RECORD", 0, {"name": "alice", "mechanism": 1}),
+    body("BEGIN_TRANSACTION_RECORD", 0, {"name": "Bootstrap records"}),
+    body("END_TRANSACTION_RECORD", 0, {}),
+    body("ABORT_TRANSACTION_RECORD", 0, {"reason": "controller failover"}),
+    body("REMOVE_DELEGATION_TOKEN_RECORD", 0, {"tokenId": "token-1"}),
+    body(
+        "REGISTER_CONTROLLER_RECORD",
+        0,
+        {
+            "controllerId": 3000,
+            "incarnationId": INCARNATION,
+            "zkMigrationReady": False,
+            "endPoints": [{"name": "CONTROLLER", "host": "kafka-1", "port": 9093, "securityProtocol": 0}],
+            "features": [{"name": "kraft.version", "minSupportedVersion": 0, "maxSupportedVersion": 1}],
+        },
+    ),
+    body("CLEAR_ELR_RECORD", 0, {"topicName": "orders"}),
+    body("UNREGISTER_CONTROLLER_RECORD", 0, {"controllerId": 3000}),
 ]
 
 
@@ -274,8 +372,9 @@ def test_convert_metadata_log_and_metadata_dump_print_the_same_lines(tmp_path, m
     assert native_out == dump_out
     records = 1 + 5 + len(EVERY_VERSION) + 3
     assert native_out.count("\n") == records
+    batches = 6 + -(-len(EVERY_VERSION) // 3)  # the snapshot's 3, then 3 a segment's records
     assert native_err.startswith(
-        f"fencewatch convert metadata-log: 2 file(s), 14 batches: {records} records ("
+        f"fencewatch convert metadata-log: 2 file(s), {batches} batches: {records} records ("
     )
     assert ", 0 dead letters; skipped: 3 control records (KRAFT_VERSION=1, SNAPSHOT_FOOTER=1, " in (
         native_err
@@ -329,8 +428,10 @@ def test_hand_written_bytes_decode_as_kafka_defines_them():
 
 def test_unknown_types_and_versions_are_counted_by_name_and_reading_goes_on(tmp_path):
     records = [
-        Record(T0, body("CONFIG_RECORD", 0, {}), value=raw_metadata_value(4, 0, b"\x01\x00\x02x\x02y\x00")),
-        Record(T0, body("REGISTER_BROKER_RECORD", 4, {}), value=raw_metadata_value(0, 4, b"\x00")),
+        # An api key after Kafka 4.4's last (29), and a version past the newest
+        # schema whose bytes do not fit that schema's fields.
+        Record(T0, body("?", 0, {}), value=raw_metadata_value(30, 0, b"\x00")),
+        Record(T0, body("REGISTER_BROKER_RECORD", 5, {}), value=raw_metadata_value(0, 5, b"\x00")),
         Record(T0, body("?", 0, {}), value=raw_metadata_value(99, 0, b"")),
         Record(T0 + 1, body("TOPIC_RECORD", 0, {"name": "orders", "topicId": TOPIC_ID})),
     ]
@@ -339,7 +440,8 @@ def test_unknown_types_and_versions_are_counted_by_name_and_reading_goes_on(tmp_
     items = read(path, stats)
     assert dicts(items)[0]["body"]["type"] == "TOPIC_RECORD"
     assert len(items) == 1
-    assert stats.unread_by_type == {"CONFIG_RECORD": 1, "REGISTER_BROKER_RECORD v4": 1, "api key 99": 1}
+    assert stats.unread_by_type == {"api key 30": 1, "REGISTER_BROKER_RECORD v5": 1, "api key 99": 1}
+    assert stats.read_as_older_by_type == {}
     assert stats.dead_letters == 0
 
 
@@ -641,7 +743,7 @@ def test_the_segment_kafka_wrote_replays_without_an_alert(real_segment, tmp_path
     assert cli.main(["replay", "--no-progress", str(events)]) == 0
     out, err = capsys.readouterr()
     assert out == ""
-    assert "4921 envelopes processed" in err
+    assert "4929 envelopes processed" in err
 
 
 # -- the command line -------------------------------------------------------------------
