@@ -20,6 +20,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from localkafka.cluster import LocalKafkaCluster  # noqa: E402
+from localkafka.fetch import fetch_kafka  # noqa: E402
 from streaming.broker import EmbeddedBroker  # noqa: E402
 
 if TYPE_CHECKING:
@@ -31,6 +33,20 @@ def broker() -> Iterator[EmbeddedBroker]:
     """A tansu broker on a random free port, stopped after the session."""
     with EmbeddedBroker() as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def real_kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaCluster]:
+    """Apache Kafka itself (``localkafka.fetch.DEFAULT_VERSION``, fetched from
+    Maven Central on first use and cached): three controllers and three
+    brokers as separate JVMs on free loopback ports, request loggers at DEBUG,
+    tiered storage on where the storage test jar is served. Started once per
+    session (about half a minute on two cores) and stopped after it; tests
+    share it, so each uses topics of its own and leaves every node running.
+    """
+    jars = fetch_kafka()
+    with LocalKafkaCluster(jars, tmp_path_factory.mktemp("real-kafka"), heap="320m") as cluster:
+        yield cluster
 
 
 @pytest.fixture
