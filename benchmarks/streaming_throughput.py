@@ -95,6 +95,7 @@ from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
 from detectors.gc_tuning import tune_for_detector
 from detectors.truth import match_key
+from streaming.spark_kafka import SOURCES
 
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 # Waits poll the query this often; it bounds how late after a batch's end the
@@ -168,9 +169,14 @@ def broker_comm() -> str:
     return Path(resolve_binary()).name[:COMM_LEN]
 
 
+# ``--broker-pid``: a broker this run did not start, whose CPU counts as the broker's.
+EXTERNAL_BROKER: list[int] = []
+
+
 def process_roles() -> list[tuple[int, str]]:
-    """(pid, role) of this process and every live descendant; roles as in ``ROLES``."""
-    roles = [(os.getpid(), "driver_py")]
+    """(pid, role) of this process, every live descendant and ``EXTERNAL_BROKER``;
+    roles as in ``ROLES``."""
+    roles = [(os.getpid(), "driver_py")] + [(pid, "broker") for pid in EXTERNAL_BROKER]
     for pid, name in descendants(os.getpid()):
         if name == "java":
             roles.append((pid, "jvm"))
@@ -366,33 +372,76 @@ def steady_cpu(prog: Progress, total: int, timeout: float) -> SteadyCpu:
     )
 
 
-def bucket_runs(counts: list[int], rounds: int) -> list[tuple[int, int]]:
-    """(round, bucket count) for each run of (a): the counts take turns, in
-    reverse order every other round, so that no count always follows another
-    (the first run of a session pays the JIT's warm-up)."""
-    return [(r, count) for r in range(1, rounds + 1) for count in (counts if r % 2 else counts[::-1])]
+# A run of (a) or (f): (Kafka source, bucket count).
+RunKey = tuple[str, int]
 
 
-def bucket_medians(by_count: dict[int, list[SteadyCpu]]) -> list[tuple[str, str]]:
-    """Each bucket count's median CPU per event over its rounds, whole and the
-    Python workers' alone (what the detection and the operator spend, with
-    neither the JVM's warm-up nor the broker), as ratios to the first count's."""
+def taking_turns(keys: list[RunKey], rounds: int) -> list[tuple[int, RunKey]]:
+    """(round, key) for each run: the keys take turns, in reverse order every
+    other round, so that no key always follows another (the first run of a
+    session pays the JIT's warm-up)."""
+    return [(r, key) for r in range(1, rounds + 1) for key in (keys if r % 2 else keys[::-1])]
 
-    def medians(runs: list[SteadyCpu]) -> tuple[float, float, list[float]]:
-        whole = [per_million(run.cpu, run.rows)[0] for run in runs]
-        workers = [run.cpu["py_workers"] * 1e6 / run.rows for run in runs]
-        return statistics.median(whole), statistics.median(workers), whole
 
-    base_whole, base_workers, _ = medians(next(iter(by_count.values())))
+def run_name(section: str, key: RunKey) -> str:
+    source, buckets = key
+    return f"{section} {source} source, {buckets} bucket{'s' if buckets > 1 else ''}"
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's steady rate (median per-batch ev/s without the first batch),
+    its total/elapsed rate, and its CPU."""
+
+    steady_rate: float
+    total_rate: float
+    cpu: SteadyCpu
+
+
+def medians_over_runs(section: str, by_key: dict[RunKey, list[RunFigures]]) -> list[tuple[str, str]]:
+    """Each key's medians over its rounds: steady and total/elapsed rates, CPU
+    per event whole and the Python workers' alone (what the detection and the
+    operator spend, with neither the JVM's warm-up nor the broker), as ratios
+    to the first key's; and, per bucket count, Spark's source against ours."""
+
+    def medians(runs: list[RunFigures]) -> dict[str, float]:
+        return {
+            "steady": statistics.median(run.steady_rate for run in runs),
+            "total": statistics.median(run.total_rate for run in runs),
+            "whole": statistics.median(per_million(run.cpu.cpu, run.cpu.rows)[0] for run in runs),
+            "broker": statistics.median(per_million(run.cpu.cpu, run.cpu.rows)[1] for run in runs),
+            "workers": statistics.median(run.cpu.cpu["py_workers"] * 1e6 / run.cpu.rows for run in runs),
+        }
+
+    figures = {key: medians(runs) for key, runs in by_key.items() if runs}
+    if not figures:
+        return []
+    base = next(iter(figures.values()))
     lines = []
-    for count, runs in by_count.items():
-        whole, workers, each = medians(runs)
+    for key, m in figures.items():
+        runs = by_key[key]
         lines.append(
             (
-                f"(a) {count} bucket{'s' if count > 1 else ''}, median of {len(runs)}",
-                f"{whole:.1f} CPU-s per M events ({whole / base_whole:.2f}x the first count's; runs "
-                + " ".join(f"{w:.1f}" for w in each)
-                + f"); Python workers {workers:.1f} ({workers / base_workers:.2f}x)",
+                f"{run_name(section, key)}, median of {len(runs)}",
+                f"{m['steady']:,.0f} ev/s steady (runs "
+                + " ".join(f"{run.steady_rate:,.0f}" for run in runs)
+                + f"), {m['total']:,.0f} total/elapsed; {m['whole']:.1f} CPU-s per M events "
+                f"({m['whole'] / base['whole']:.2f}x the first's; runs "
+                + " ".join(f"{per_million(run.cpu.cpu, run.cpu.rows)[0]:.1f}" for run in runs)
+                + f"), {m['broker']:.1f} with the broker; Python workers {m['workers']:.1f} "
+                f"({m['workers'] / base['workers']:.2f}x)",
+            )
+        )
+    for (source, buckets), m in figures.items():
+        ours = figures.get(("python", buckets))
+        if source != "spark" or ours is None:
+            continue
+        lines.append(
+            (
+                f"{section} {buckets} bucket{'s' if buckets > 1 else ''}: Spark's source / ours",
+                f"{m['steady'] / ours['steady']:.2f}x steady ev/s, {m['total'] / ours['total']:.2f}x "
+                f"total/elapsed; {m['whole'] / ours['whole']:.2f}x CPU per event without the broker, "
+                f"{m['broker'] / ours['broker']:.2f}x with it",
             )
         )
     return lines
@@ -550,8 +599,30 @@ def big_cluster(path: str, partitions: int, steady_events: int, steady_batches: 
 # ---- main -----------------------------------------------------------------------------------------
 
 
-def floor_query(spark: Any, bootstrap: str, topic: str, checkpoint: str, max_events: int) -> Any:
-    """The job's query (streaming/job.py) without detection, for section (f)."""
+class ExternalKafka:
+    """``--bootstrap-servers``: a running Kafka cluster, where this run creates its topics."""
+
+    def __init__(self, bootstrap_servers: str):
+        self.bootstrap_servers = bootstrap_servers
+
+    def __enter__(self) -> ExternalKafka:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def create_topics(self, topics: dict[str, int]) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        futures = admin.create_topics([NewTopic(name, partitions, 1) for name, partitions in topics.items()])
+        for future in futures.values():
+            future.result(30)
+
+
+def floor_query(spark: Any, bootstrap: str, topic: str, checkpoint: str, max_events: int, source: str) -> Any:
+    """The job's query (streaming/job.py) without detection, for section (f),
+    reading with the job's ``source`` (kafka_source.SOURCES)."""
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -578,7 +649,7 @@ def floor_query(spark: Any, bootstrap: str, topic: str, checkpoint: str, max_eve
         "maxEventsPerTrigger": str(max_events),
     }
     detected = (
-        route(read_events(spark, options, route_buckets=1), 1)
+        route(read_events(spark, options, source=source, route_buckets=1), 1)
         .groupBy("key")
         .transformWithStateInPandas(
             statefulProcessor=Floor(), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="None"
@@ -662,8 +733,29 @@ def main(argv: list[str] | None = None) -> int:
         help="the job's and the plain consumer's detectors measure every node's clock, as every "
         "fencewatch command does unless told not to (default: measure)",
     )
+    p.add_argument(
+        "--kafka-source",
+        action="append",
+        choices=SOURCES,
+        help="the job's Kafka source for (a) and (f), repeatable: each is run, taking turns with the "
+        "bucket counts, and compared (default python; Spark's source does not read the embedded "
+        "broker's tail: streaming/spark_kafka.py)",
+    )
+    p.add_argument(
+        "--bootstrap-servers",
+        help="run against this Kafka cluster instead of the embedded broker (topics are created there)",
+    )
+    p.add_argument(
+        "--broker-pid",
+        type=int,
+        action="append",
+        default=[],
+        help="with --bootstrap-servers: a broker process whose CPU counts as the broker's, repeatable",
+    )
     p.add_argument("--skip", default="", help="comma list of sections to skip: a,b,c,d,e,f")
     args = p.parse_args(argv)
+    sources = list(dict.fromkeys(args.kafka_source or ["python"]))
+    EXTERNAL_BROKER.extend(args.broker_pid)
     rates = args.rate or [2000]
     # A count named twice would share a checkpoint: each is run once a round.
     bucket_counts = list(dict.fromkeys(args.buckets or [1, 8]))
@@ -680,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="fencewatch-sbench-"))
     ctx = mp.get_context("spawn")
     t0 = time.time()
-    with EmbeddedBroker() as broker:
+    with ExternalKafka(args.bootstrap_servers) if args.bootstrap_servers else EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
         tp = args.topic_partitions
 
@@ -740,24 +832,30 @@ def main(argv: list[str] | None = None) -> int:
 
         log("starting Spark ...")
         s0 = time.time()
-        spark = spark_session("local[2]", shuffle_partitions=2, jvm_options=args.jvm_options)
+        spark = spark_session(
+            "local[2]",
+            shuffle_partitions=2,
+            jvm_options=args.jvm_options,
+            kafka_connector="spark" in sources,
+        )
         results.append(("spark session start", f"{time.time() - s0:.1f} s (excluded)"))
         spark_rate = None
         first_run = True
-        by_count: dict[int, list[SteadyCpu]] = {count: [] for count in bucket_counts}
-        for r, buckets in bucket_runs(bucket_counts, args.bucket_rounds) if "a" not in skip else []:
+        a_runs = [(source, count) for source in sources for count in bucket_counts]
+        by_key: dict[RunKey, list[RunFigures]] = {key: [] for key in a_runs}
+        for r, (source, buckets) in taking_turns(a_runs, args.bucket_rounds) if "a" not in skip else []:
             rounds = f", round {r}" if args.bucket_rounds > 1 else ""
-            a = f"(a) {buckets} bucket{'s' if buckets > 1 else ''}{rounds}:"
+            a = f"{run_name('(a)', (source, buckets))}{rounds}:"
             q = job(
                 "bench-a",
-                f"a{buckets}" if args.bucket_rounds == 1 else f"a{buckets}-{r}",
+                f"a{source}{buckets}-{r}",
                 max_events_per_trigger=args.max_events_per_trigger,
                 trigger_seconds=0.5,
                 buckets=buckets,
+                kafka_source=source,
             )
             prog = Progress(q)
             job_cpu = steady_cpu(prog, n, timeout=900)
-            by_count[buckets].append(job_cpu)
             if "e" not in skip and first_run:
                 idle_from = max(prog.batches)
                 cpu0, w0 = cpu_by_role(), time.time()
@@ -772,6 +870,7 @@ def main(argv: list[str] | None = None) -> int:
             spark_rate = n / elapsed
             per_batch = [b["numInputRows"] * 1000 / b["durationMs"]["triggerExecution"] for b in batches]
             steady = per_batch[1:] or per_batch
+            by_key[(source, buckets)].append(RunFigures(statistics.median(steady), spark_rate, job_cpu))
             results.append(
                 (
                     f"{a} Spark job ev/s (total/elapsed)",
@@ -808,25 +907,39 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
             first_run = False
-        if args.bucket_rounds > 1 and "a" not in skip:
-            results.extend(bucket_medians(by_count))
+        if "a" not in skip and (args.bucket_rounds > 1 or len(sources) > 1):
+            results.extend(medians_over_runs("(a)", by_key))
 
-        if "f" not in skip:
-            q = floor_query(spark, bootstrap, "bench-a", str(workdir / "ckpt-f"), args.max_events_per_trigger)
+        f_runs = [(source, 1) for source in sources]
+        floors: dict[RunKey, list[RunFigures]] = {key: [] for key in f_runs}
+        for r, (source, _) in taking_turns(f_runs, args.bucket_rounds) if "f" not in skip else []:
+            f = f"(f) {source} source{f', round {r}' if args.bucket_rounds > 1 else ''}"
+            q = floor_query(
+                spark,
+                bootstrap,
+                "bench-a",
+                str(workdir / f"ckpt-f{source}-{r}"),
+                args.max_events_per_trigger,
+                source,
+            )
             prog = Progress(q)
             floor_cpu = steady_cpu(prog, n, timeout=900)
             q.stop()
             batches = prog.with_input()
             floor = [b["numInputRows"] * 1000 / b["durationMs"]["triggerExecution"] for b in batches[1:]]
+            elapsed = batch_end(batches[-1]) - ts(batches[0])
+            floors[(source, 1)].append(RunFigures(statistics.median(floor), n / elapsed, floor_cpu))
             results.append(
                 (
-                    "(f) Spark without detection",
+                    f"{f} Spark without detection",
                     f"per-batch median {statistics.median(floor):,.0f} ev/s without 1st batch; batch s: "
                     + " ".join(f"{b['durationMs']['triggerExecution'] / 1000:.1f}" for b in batches),
                 )
             )
-            results.append(("(f) batch phases", batch_phases(batches[1:] or batches)))
-            results.extend(steady_cpu_results("(f)", floor_cpu, plain_cpu))
+            results.append((f"{f} batch phases", batch_phases(batches[1:] or batches)))
+            results.extend(steady_cpu_results(f, floor_cpu, plain_cpu))
+        if "f" not in skip and (args.bucket_rounds > 1 or len(sources) > 1):
+            results.extend(medians_over_runs("(f)", floors))
 
         # ---- (c) latency ----
         for rate in rates if "c" not in skip else []:

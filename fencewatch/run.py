@@ -16,10 +16,13 @@ from fencewatch.options import (
     add_detector_options,
     bucket_count,
     detector_config,
+    fail,
     output_dir,
 )
 from fencewatch.probe import add_run_options, beside_job
+from streaming import spark_kafka
 from streaming.bucket_layout import DEFAULT_BUCKETS
+from streaming.spark_kafka import PYTHON_SOURCE, SOURCES, SPARK_SOURCE
 
 
 def add_parser(sub: Any) -> None:
@@ -110,9 +113,14 @@ def add_parser(sub: Any) -> None:
         "alone) saves the JIT's CPU over a job's first minutes, on small machines",
     )
     p.add_argument(
-        "--use-builtin-kafka",
-        action="store_true",
-        help="read with Spark's kafka connector (needs --packages spark-sql-kafka) instead of ours",
+        "--kafka-source",
+        choices=SOURCES,
+        default=env("FENCEWATCH_KAFKA_SOURCE", PYTHON_SOURCE),
+        help="what reads the event topic: python, fencewatch's source (confluent-kafka in Spark's Python "
+        f"workers), or spark, Spark's own ({spark_kafka.PACKAGE}, downloaded from Maven Central once, "
+        f"into ${spark_kafka.CACHE_ENV} or else ~/.cache/fencewatch/spark-packages); --kafka-config's "
+        "TLS and SASL settings reach either (env FENCEWATCH_KAFKA_SOURCE; default %(default)s; "
+        "docs/operations.md, 'Which source reads the topic')",
     )
     p.add_argument("--quiet", action="store_true", help="do not print alerts on stdout")
     add_observability_options(p)
@@ -137,6 +145,32 @@ def _lock_checkpoint(stack: ExitStack, checkpoint: str) -> None:
         )
         return
     stack.enter_context(CheckpointLock(checkpoint))
+
+
+def _check_source(prog: str, source: str, kafka_config: dict[str, str]) -> None:
+    """End in one line if ``source`` is none of ours (the environment's default
+    is not checked by argparse) or Spark's source cannot be given ``kafka_config``."""
+    if source not in SOURCES:
+        fail(
+            prog,
+            f"FENCEWATCH_KAFKA_SOURCE={source!r} is none of {', '.join(SOURCES)}",
+            "fix or unset FENCEWATCH_KAFKA_SOURCE",
+        )
+    if source == SPARK_SOURCE:
+        try:
+            spark_kafka.java_client_settings(kafka_config)
+        except spark_kafka.UnsupportedClientSetting as exc:
+            fail(prog, str(exc), "drop or change it, or read with the Python source: --kafka-source python")
+
+
+def _announce_download(prog: str) -> None:
+    """Say so when Spark's source is about to be downloaded."""
+    if not spark_kafka.is_cached():
+        print(
+            f"{prog}: downloading Spark's Kafka source ({spark_kafka.PACKAGE}, about 10 MB) from Maven "
+            f"Central into {spark_kafka.cache_dir()}, once",
+            file=sys.stderr,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -164,10 +198,12 @@ def run(args: argparse.Namespace) -> int:
         max_events_per_trigger=args.max_events_per_trigger,
         trigger_seconds=args.trigger_seconds,
         idle_flush_ms=args.idle_flush_ms,
-        use_builtin_kafka=args.use_builtin_kafka,
+        kafka_source=args.kafka_source,
         buckets=args.buckets,
         detector=detector,
     )
+    _check_source(prog, args.kafka_source, options.kafka_config)
+    use_spark_source = args.kafka_source == SPARK_SOURCE
     # Orchestrators stop services with SIGTERM: treat it as Ctrl-C, so the query
     # stops and the checkpoint stays consistent (an interrupted batch re-runs).
     signal.signal(signal.SIGTERM, _interrupt)
@@ -180,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
         # Kafka's problems in one line now, not as a query failure after Spark's start.
         check_kafka(prog, args.bootstrap_servers, options.kafka_config, args.topic)
+        if use_spark_source:
+            _announce_download(prog)
         obs = stack.enter_context(observability(args, args.checkpoint, prog))
         console = None if args.quiet else sys.stdout
         stack.enter_context(beside_job(args, options.kafka_config, obs.metrics, obs.webhooks, console))
@@ -190,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
             log_file,
             shuffle_partitions=args.shuffle_partitions,
             jvm_options=args.jvm_options,
+            kafka_connector=use_spark_source,
         )
         spark_log = f"; Spark's log: {log_file}" if log_file else ""
         try:

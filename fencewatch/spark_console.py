@@ -57,9 +57,11 @@ def start_spark(
     app_name: str = "fencewatch",
     shuffle_partitions: int = 2,
     jvm_options: str = "",
+    kafka_connector: bool = False,
 ) -> SparkSession:
     """A session (streaming.job.spark_session) with its output in ``log_file``
-    (None: on the console); a JVM that does not start ends the command in one line."""
+    (None: on the console), with Spark's Kafka source if ``kafka_connector``;
+    a JVM that does not start ends the command in one line."""
     from pyspark.errors import PySparkRuntimeError
 
     from streaming.job import spark_session
@@ -71,8 +73,21 @@ def start_spark(
             shuffle_partitions=shuffle_partitions,
             log_file=log_file,
             jvm_options=jvm_options,
+            kafka_connector=kafka_connector,
         )
     except PySparkRuntimeError as exc:
+        if kafka_connector:
+            from streaming import spark_kafka
+
+            # Ivy copies the jars into the cache only once all of them resolved.
+            if not spark_kafka.is_cached():
+                fail(
+                    prog,
+                    f"Spark's Kafka source ({spark_kafka.PACKAGE}) could not be downloaded from Maven "
+                    f"Central ({spark_kafka.MAVEN_CENTRAL}) into {spark_kafka.cache_dir()}",
+                    "check this machine's access to Maven Central, or read with the Python source: "
+                    "--kafka-source python" + _details(log_file),
+                )
         fail(
             prog,
             f"Spark did not start ({exc.getCondition() or exc})",

@@ -1,6 +1,6 @@
 """The streaming job: Kafka events in, alerts and dead letters out.
 
-source (fencewatch-kafka, or Spark's kafka connector)
+source (fencewatch-kafka, or Spark's own Kafka source: JobOptions.kafka_source)
   -> route each record to the buckets of its cluster that need it (Spark SQL:
      streaming/routing.py, the split of detectors.buckets)
   -> groupBy(cluster bucket).transformWithStateInPandas(DetectorProcessor), RocksDB state
@@ -33,6 +33,7 @@ from streaming.routing import route
 from streaming.schema import OUTPUT_SCHEMA
 from streaming.sinks import Sinks, TopicSink, refuse_compacted_topics
 from streaming.spark_home import compiled_spark_home
+from streaming.spark_kafka import PYTHON_SOURCE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,7 +73,9 @@ class JobOptions:
     max_events_per_trigger: int | None = None
     trigger_seconds: float = 1.0
     idle_flush_ms: int = 10_000
-    use_builtin_kafka: bool = False
+    # Which source reads the topic (kafka_source.SOURCES): ours, or Spark's own,
+    # which needs a session with its connector (spark_session(kafka_connector=True)).
+    kafka_source: str = PYTHON_SOURCE
     # Buckets per cluster (detectors.buckets); None: the checkpoint's, or the default.
     buckets: int | None = None
     # DetectorConfig's own default leaves clocks unmeasured; fencewatch run passes the
@@ -88,6 +91,7 @@ def spark_session(
     shuffle_partitions: int = 2,
     log_file: str | None = None,
     jvm_options: str = "",
+    kafka_connector: bool = False,
 ) -> SparkSession:
     """A session set up for the job: RocksDB state, workers on this interpreter.
 
@@ -100,7 +104,11 @@ def spark_session(
     log_file: append everything the JVM prints (log4j's console output, Java
     stack traces) and what its Python workers print to this file instead of
     this process's stdout and stderr. Applies when the session starts this
-    process's JVM (the first session; later ones share it)."""
+    process's JVM (the first session; later ones share it).
+
+    kafka_connector: load Spark's Kafka source (streaming/spark_kafka.py),
+    downloaded from Maven Central on first use; applies when the session
+    starts this process's JVM, as ``log_file`` does."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
@@ -120,6 +128,10 @@ def spark_session(
         .set("spark.ui.showConsoleProgress", "false")
         .set("spark.driver.host", os.environ.get("FENCEWATCH_DRIVER_HOST", "127.0.0.1"))
     )
+    if kafka_connector:
+        from streaming import spark_kafka
+
+        conf.setAll(list(spark_kafka.package_conf().items()))
     if jvm_options:
         for role in ("driver", "executor"):
             conf.set(f"spark.{role}.extraJavaOptions", jvm_options)
@@ -190,7 +202,8 @@ def start(
     # which kept a core busy on an idle topic. Our source plans an empty batch
     # when the idle flush is due instead (kafka_source.py, idle ticks); Spark's
     # connector cannot, so with it the no-data batches stay.
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", str(options.use_builtin_kafka).lower())
+    python_source = options.kafka_source == PYTHON_SOURCE
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", str(not python_source).lower())
     source_options = {
         "kafka.bootstrap.servers": options.bootstrap_servers,
         "subscribe": options.topic,
@@ -201,12 +214,10 @@ def start(
         source_options["maxEventsPerTrigger"] = str(options.max_events_per_trigger)
     # One cluster's records share a key, so a partition: read each batch of it on every core.
     source_options["minPartitions"] = str(spark.sparkContext.defaultParallelism)
-    if not options.use_builtin_kafka:
+    if python_source:
         source_options["idleTriggerMs"] = str(options.idle_flush_ms)
     buckets = resolve_buckets(spark, options.checkpoint, options.buckets)
-    events = read_events(
-        spark, source_options, use_builtin_kafka=options.use_builtin_kafka, route_buckets=buckets
-    )
+    events = read_events(spark, source_options, source=options.kafka_source, route_buckets=buckets)
     detected = detect(events, options.detector, options.checkpoint, options.idle_flush_ms, buckets)
     sinks = Sinks(
         TopicSink(options.bootstrap_servers, options.alerts_topic, options.kafka_config),

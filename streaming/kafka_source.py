@@ -1,9 +1,9 @@
 """A Spark streaming source that reads one Kafka topic with confluent-kafka.
 
-Spark's own Kafka connector (``spark-sql-kafka-0-10``) is a jar that is not in
-the pyspark wheel, so by default the job reads Kafka through this Python Data
-Source ("fencewatch-kafka"). ``read_events`` returns the same columns from
-either source, so the job does not care which one it got.
+The job reads Kafka through this Python Data Source ("fencewatch-kafka") or
+Spark's own Kafka source (streaming/spark_kafka.py, a package fetched from
+Maven Central); ``read_events`` returns the same columns from either, so the
+job does not care which one it got.
 
 Offsets are ``{"<partition>": <next offset>}`` JSON dicts that Spark keeps in
 its checkpoint; a micro-batch reads ``[start, end)`` of every partition, so a
@@ -58,6 +58,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from streaming.routing import SOURCE_ROUTE_COLUMNS, route_record
+from streaming.spark_kafka import PYTHON_SOURCE, SOURCES, SPARK_SOURCE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -76,7 +77,6 @@ SOURCE_SCHEMA = f"{EVENT_SCHEMA}, lost_offsets long, {SOURCE_ROUTE_COLUMNS}"
 # The observed metric read_events reports loss rows under: ``ranges``, a list
 # of (partition, first, offsets) per micro-batch.
 LOST_OFFSETS_METRIC = "fencewatch_source_lost_offsets"
-BUILTIN_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0"
 
 # Partition number (a string: JSON object keys are strings) -> next offset to read;
 # plus IDLE_TICKS once the source has planned an empty batch.
@@ -92,10 +92,6 @@ _ARROW_BATCH_ROWS = 10_000
 # The fewest records ``minPartitions`` gives a Spark task of its own: below it,
 # starting one more consumer costs more than reading on in the same task.
 MIN_SPLIT_EVENTS = 5_000
-
-
-class BuiltinKafkaUnavailable(RuntimeError):
-    """``use_builtin_kafka`` was asked for, but the connector jar is not loaded."""
 
 
 class KafkaSourceError(RuntimeError):
@@ -728,72 +724,48 @@ def register(spark: SparkSession) -> None:
 def read_events(
     spark: SparkSession,
     options: Mapping[str, str],
-    use_builtin_kafka: bool = False,
+    source: str = PYTHON_SOURCE,
     route_buckets: int | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of ``EVENT_SCHEMA`` rows from one Kafka topic.
 
-    ``options`` are this module's source options. With ``route_buckets``, our
-    source also routes each record to that many buckets as it reads it: its
-    rows carry ``routing.SOURCE_ROUTE_COLUMNS`` too, which ``routing.route``
-    then uses (Spark's connector cannot; its rows are routed in Spark SQL). Offsets that vanished before
-    they were read are reported per micro-batch as the observed metric
-    ``LOST_OFFSETS_METRIC`` (a query's progress carries it to its listeners).
-    ``use_builtin_kafka`` reads with Spark's Kafka connector instead
-    (``maxEventsPerTrigger`` becomes ``maxOffsetsPerTrigger``,
-    ``maxEventsPerSplit`` ``maxRecordsPerPartition``; data loss is then the
-    connector's ``failOnDataLoss``); it needs the connector jar, else
-    ``BuiltinKafkaUnavailable`` is raised.
+    ``options`` are this module's source options. ``source``: ``"python"``
+    reads with this module's source, ``"spark"`` with Spark's own
+    (streaming/spark_kafka.py, which says how the options carry over; it
+    raises ``spark_kafka.ConnectorNotLoaded`` when the session lacks it). With
+    ``route_buckets``, our source also routes each record to that many buckets
+    as it reads it: its rows carry ``routing.SOURCE_ROUTE_COLUMNS`` too, which
+    ``routing.route`` then uses (Spark's cannot; its rows are routed in Spark
+    SQL). Offsets that vanished before our source read them are reported per
+    micro-batch as the observed metric ``LOST_OFFSETS_METRIC`` (a query's
+    progress carries it to its listeners).
     """
     from pyspark.sql import functions as F
 
-    if route_buckets is not None and not use_builtin_kafka:
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+    if route_buckets is not None and source == PYTHON_SOURCE:
         options = {**options, "routeBuckets": str(route_buckets)}
     opts = SourceOptions.parse(options)  # fail here, not inside a Python worker
-    if not use_builtin_kafka:
-        register(spark)
-        rows = spark.readStream.format(SOURCE_NAME).options(**options).load()
-        if opts.route_buckets is None:
-            rows = rows.drop("route_cluster", "route_buckets")
-        lost = F.col("lost_offsets")
-        # Observed metrics are gathered as the batch runs and reach the driver
-        # with the query's progress: the executors that meet a gap have no
-        # other way to the driver's metrics.
-        reported = rows.observe(
-            LOST_OFFSETS_METRIC,
-            F.collect_list(
-                F.when(
-                    lost.isNotNull(),
-                    F.struct("partition", F.col("offset").alias("first"), lost.alias("offsets")),
-                )
-            ).alias("ranges"),
-        )
-        return reported.where(lost.isNull()).drop("lost_offsets")
+    if source == SPARK_SOURCE:
+        from streaming import spark_kafka
 
-    from pyspark.errors import AnalysisException
-
-    renamed = {
-        "maxeventspertrigger": "maxOffsetsPerTrigger",
-        "maxeventspersplit": "maxRecordsPerPartition",
-    }
-    ours_only = {"probetimeoutms", "readtimeoutms", "idletriggerms", "routebuckets"}
-    builtin = {renamed.get(k.lower(), k): v for k, v in options.items() if k.lower() not in ours_only}
-    try:
-        raw = spark.readStream.format("kafka").options(**builtin).load()
-    except AnalysisException as exc:
-        # Spark 4.3 raises KAFKA_DATA_SOURCE_NOT_ENABLED; older ones DATA_SOURCE_NOT_FOUND.
-        if exc.getCondition() not in ("KAFKA_DATA_SOURCE_NOT_ENABLED", "DATA_SOURCE_NOT_FOUND"):
-            raise
-        raise BuiltinKafkaUnavailable(
-            "Spark's Kafka connector is not on the classpath. Start Spark with "
-            f"--packages {BUILTIN_KAFKA_PACKAGE} (or spark.jars.packages), or read with the "
-            f"built-in Python source instead (use_builtin_kafka=False)."
-        ) from exc
-    return raw.select(
-        F.col("key").cast("string").alias("key"),
-        F.col("value"),
-        F.col("topic"),
-        F.col("partition"),
-        F.col("offset"),
-        F.unix_millis(F.col("timestamp")).alias("timestamp"),
+        return spark_kafka.read_events(spark, options)
+    register(spark)
+    rows = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    if opts.route_buckets is None:
+        rows = rows.drop("route_cluster", "route_buckets")
+    lost = F.col("lost_offsets")
+    # Observed metrics are gathered as the batch runs and reach the driver
+    # with the query's progress: the executors that meet a gap have no
+    # other way to the driver's metrics.
+    reported = rows.observe(
+        LOST_OFFSETS_METRIC,
+        F.collect_list(
+            F.when(
+                lost.isNotNull(),
+                F.struct("partition", F.col("offset").alias("first"), lost.alias("offsets")),
+            )
+        ).alias("ranges"),
     )
+    return reported.where(lost.isNull()).drop("lost_offsets")

@@ -21,12 +21,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from detectors.buckets import buckets_of
 from detectors.envelope import Envelope, parse_envelope
 from producers.simulator import SimConfig, Simulator
+from streaming import spark_kafka
 from streaming.broker import EmbeddedBroker
 from streaming.kafka_source import (
     EVENT_SCHEMA,
     IDLE_TICKS,
     MIN_SPLIT_EVENTS,
-    BuiltinKafkaUnavailable,
     KafkaStreamReader,
     OffsetRange,
     SourceOptions,
@@ -35,6 +35,7 @@ from streaming.kafka_source import (
     split_ranges,
 )
 from streaming.query_start import start_query
+from streaming.spark_kafka import SPARK_SOURCE, ConnectorNotLoaded
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -179,7 +180,7 @@ def test_reader_plans_min_partitions_option() -> None:
 def test_schema_is_the_event_schema(spark: SparkSession, broker: EmbeddedBroker) -> None:
     from pyspark.sql.types import StructType
 
-    df = read_events(spark, _options(broker, "schema-only"), use_builtin_kafka=False)
+    df = read_events(spark, _options(broker, "schema-only"))
     assert df.isStreaming
     assert df.schema == StructType.fromDDL(EVENT_SCHEMA)
 
@@ -412,11 +413,9 @@ def test_topic_created_after_the_query_started_is_read_from_its_start(
         query.stop()
 
 
-def test_builtin_kafka_without_the_jar_says_which_package_to_add(
+def test_spark_s_source_without_its_package_says_which_to_load(
     spark: SparkSession, broker: EmbeddedBroker
 ) -> None:
-    with pytest.raises(
-        BuiltinKafkaUnavailable,
-        match=re.escape("--packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0"),
-    ):
-        read_events(spark, _options(broker, "any"), use_builtin_kafka=True)
+    """The tests' shared session has no connector: asking for Spark's source names it."""
+    with pytest.raises(ConnectorNotLoaded, match=re.escape(spark_kafka.PACKAGE)):
+        read_events(spark, _options(broker, "any"), source=SPARK_SOURCE)
