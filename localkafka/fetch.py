@@ -135,9 +135,15 @@ def _ivy_module(version: str, with_storage_test_jar: bool) -> str:
         if classifier is None:
             lines.append(f'    <dependency org="{group}" name="{artifact}" rev="{rev}"/>')
         elif with_storage_test_jar:
-            # The test jar alone, without its own test-scope dependencies.
+            # The test jar beside the module's main jar: an <artifact> element
+            # restricts Ivy to the artifacts it names, and the server needs the
+            # main one (RemoteLogManagerConfig, UnifiedLog); without it listed the
+            # resolved set lacked kafka-storage-<v>.jar and StorageTool failed
+            # with NoClassDefFoundError. transitive="false": not the test jar's
+            # own test-scope dependencies (the main jar's come through kafka_2.13).
             lines.append(
                 f'    <dependency org="{group}" name="{artifact}" rev="{rev}" transitive="false">\n'
+                f'      <artifact name="{artifact}" type="jar"/>\n'
                 f'      <artifact name="{artifact}" type="jar" m:classifier="{classifier}"/>\n'
                 "    </dependency>"
             )
