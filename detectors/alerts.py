@@ -15,6 +15,12 @@ SEVERITIES = ("critical", "warning", "info")
 # (the same series, another alert id). A resolution is not a violation.
 FIRING, RESOLVED = "firing", "resolved"
 STATUSES = (FIRING, RESOLVED)
+# A certain violation holds for every clock offset the evidence allows; a
+# possible one for some but not all (SPEC 1.5): raised at POSSIBLE_SEVERITY,
+# which pages no one by default, with the condition under which it holds.
+CERTAIN, POSSIBLE = "certain", "possible"
+CONFIDENCES = (CERTAIN, POSSIBLE)
+POSSIBLE_SEVERITY = "info"
 
 
 @fast_pickle
@@ -62,6 +68,28 @@ class Evidence:
 
 @fast_pickle
 @dataclass(frozen=True, slots=True)
+class ClockCondition:
+    """When a possible violation holds: for the offsets (node's clock minus the
+    metadata log's) in ``holds_ms``, a list of ``(low, high)`` ranges within
+    ``allowed_ms``, the interval the clock evidence allows. ``text`` says it in
+    words ("holds if node 3's clock is at most 3.2 s ahead of the metadata log's")."""
+
+    node: int | None
+    allowed_ms: tuple[int, int]
+    holds_ms: tuple[tuple[int, int], ...]
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "allowed_ms": list(self.allowed_ms),
+            "holds_ms": [list(r) for r in self.holds_ms],
+            "text": self.text,
+        }
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
 class Alert:
     alert_id: str
     rule: str
@@ -77,6 +105,8 @@ class Alert:
     message: str
     evidence: tuple[Evidence, ...] = field(default=())
     links: tuple[str, ...] = field(default=())
+    confidence: str = CERTAIN
+    condition: ClockCondition | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +124,8 @@ class Alert:
             "message": self.message,
             "evidence": [e.to_dict() for e in self.evidence],
             "links": list(self.links),
+            "confidence": self.confidence,
+            "clock_condition": None if self.condition is None else self.condition.to_dict(),
         }
 
 

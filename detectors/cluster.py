@@ -6,16 +6,25 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import EllipsisType
 from typing import Any
 
-from detectors.alerts import FIRING, Alert, Evidence, make_alert_id
+from detectors.alerts import (
+    CERTAIN,
+    FIRING,
+    POSSIBLE,
+    POSSIBLE_SEVERITY,
+    Alert,
+    ClockCondition,
+    Evidence,
+    make_alert_id,
+)
 from detectors.buckets import WHOLE, Bucket
 from detectors.clocks import ASSUMED, ClockBook, ClockInterval, MetadataClock
 from detectors.config import DetectorConfig
-from detectors.envelope import Envelope
-from detectors.history import History
+from detectors.envelope import Envelope, Unverified
+from detectors.history import History, watching_changes
 from detectors.quorum import QuorumView
 from detectors.remote import RemoteView
 from detectors.rules.base import Rule
@@ -38,15 +47,23 @@ class Counters:
     late: int = 0
     dead_letters: dict[str, int] = field(default_factory=dict)  # by DeadLetterClass value
     alerts: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (rule, severity, status)
+    # Possible violations (detectors.alerts.POSSIBLE), apart: ``alerts`` keeps the certain ones.
+    possible: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Counters pickled before possible violations were raised had none.
+        self.__dict__.update(state)
+        self.__dict__.setdefault("possible", {})
 
     def bump(self, table: dict[Any, int], key: Any) -> None:
         table[key] = table.get(key, 0) + 1
 
-    def alerts_by_rule(self, status: str = FIRING) -> dict[str, int]:
+    def alerts_by_rule(self, status: str = FIRING, confidence: str = CERTAIN) -> dict[str, int]:
         """Alerts of one status per rule: ``firing`` counts violations,
-        ``resolved`` the timer alerts that ended."""
+        ``resolved`` the timer alerts that ended; certain ones, or possible ones."""
         by_rule: dict[str, int] = {}
-        for (rule, _, alert_status), n in self.alerts.items():
+        table = self.alerts if confidence == CERTAIN else self.possible
+        for (rule, _, alert_status), n in table.items():
             if alert_status == status:
                 by_rule[rule] = by_rule.get(rule, 0) + n
         return by_rule
@@ -79,6 +96,13 @@ class ClusterState:
         self.controller_epochs: dict[int, History[tuple[int, Evidence]]] = {}
         self.out: list[Alert] = []
         self._emitted: OrderedDict[str, None] = OrderedDict()
+        # Nodes whose clock evidence contradicts the bound the user gave
+        # (DetectorConfig.clock_bounds): node -> [its measured low, high, the bound].
+        self.bound_contradicted: dict[int, list[float]] = {}
+
+    # While a verdict is looked into at one clock offset after another (judge):
+    # the request, its offset pinned, and what its rules would raise there.
+    _probe: _Probe | None = None
 
     def describe(self, key: PartitionKey) -> str:
         """``topic-partition`` with the topic's name where the view knows it."""
@@ -89,18 +113,50 @@ class ClusterState:
         """Count an event that cannot be judged; ``reason`` is an
         :class:`UnverifiedReason`, kept as its plain string value (counters are
         pickled with the detector and exported as metric labels)."""
-        self.counters.bump(self.counters.unverified, str(reason))
+        if self._probe is None or self._probe.offset_ms is None:
+            self.counters.bump(self.counters.unverified, str(reason))
 
     def clock(self, env: Envelope, node: int | None = None) -> ClockInterval:
         """The offset interval of the clock that stamped ``env`` (detectors.clocks).
         ``node``: the writer of a remote log metadata record (its broker's clock)."""
         if not self.measures_clocks:
             return ASSUMED
+        probe = self._probe
+        if probe is not None and probe.offset_ms is not None and env is probe.env:
+            return ClockInterval(probe.offset_ms, probe.offset_ms, measured=True, low_measured=True)
         if env.kind == "remote_log_metadata" and node is not None:
-            return self.clocks.interval(node, env.ts_ms)
+            return self.node_interval(node, env.ts_ms)
         if env.kind not in ("request", "quorum_state"):
             return ASSUMED
-        return self.clocks.interval(env.node, env.ts_ms)
+        return self.node_interval(env.node, env.ts_ms)
+
+    def node_interval(self, node: int | None, ts_ms: int) -> ClockInterval:
+        """``node``'s measured offset interval at its time ``ts_ms``
+        (ClockBook.interval), narrowed by the bound the user gave for its clock
+        (``--clock-bound-ms``: against the clock that stamps the metadata log
+        now, the active controller's). Evidence that contradicts the bound (no
+        offset within it) wins, and the node is noted in ``bound_contradicted``:
+        the bound is wrong or the clock broke, and a wrong bound trusted would
+        make verdicts certain that are not."""
+        interval = self.clocks.interval(node, ts_ms)
+        if node is None or not interval.measured or not self.config.clock_bounds:
+            return interval
+        bound = self.config.clock_bound_of(node)
+        if bound is None:
+            return interval
+        shift = self.metadata_clock.shift_ms
+        low, high = -bound - shift, bound - shift
+        if interval.low_ms > high or interval.high_ms < low:
+            self.bound_contradicted[node] = [interval.low_ms + shift, interval.high_ms + shift, bound]
+            return interval
+        if low <= interval.low_ms and interval.high_ms <= high:
+            return interval
+        return replace(
+            interval,
+            low_ms=max(interval.low_ms, low),
+            high_ms=min(interval.high_ms, high),
+            low_measured=interval.low_measured or low > interval.low_ms,
+        )
 
     def moment(self, env: Envelope) -> tuple[int, int]:
         """The earliest and latest moments of the metadata log's clock at which
@@ -119,7 +175,7 @@ class ClusterState:
         what is known of that clock now (evidence from after the record too).
         None while this state measures clocks and has no measure of that one:
         then no moment is more plausible than another."""
-        interval = self.clocks.interval(node, ts_ms)
+        interval = self.node_interval(node, ts_ms)
         if not interval.measured:
             return None if self.measures_clocks else (ts_ms, ts_ms)
         if not math.isfinite(interval.width_ms):
@@ -214,6 +270,63 @@ class ClusterState:
         assert key is not None
         return (key, index), states
 
+    def judge(self, judgment: Callable[[], None], env: Envelope) -> None:
+        """Run a judgment of the request ``env`` by rules that judge it over the
+        grace windows of every moment its node's clock interval allows
+        (rules.CLOCK_WINDOWED). What holds over all of them is certain and
+        raised as ever. Where a state changed within them, the verdict may hold
+        for some offsets of the interval and not for others: it is made again
+        at each offset where what the windows hold changes (the offsets that put
+        a change at a window's edge, and the interval's ends), and what holds
+        at some but not at all of them is raised as a possible violation, with
+        the offsets it holds for (SPEC 1.5). Dropped, as before, such a
+        verdict was lost silently where evidence is thin: one broker's request
+        log in an incident, its interval seconds wide."""
+        interval = self.clock(env) if self.measures_clocks and env.kind == "request" else ASSUMED
+        low, high = math.ceil(interval.low_ms), math.floor(interval.high_ms)
+        if not interval.measured or not 0 < interval.width_ms <= self.config.clock_limit_ms or low >= high:
+            judgment()
+            return
+        certain = self._probe = _Probe(env, None)
+        try:
+            with watching_changes() as changes:
+                judgment()
+        finally:
+            self._probe = None
+        window = self.window_of(env)
+        if window is None:
+            return
+        arrival, grace = env.ts_ms - handling_ms(env), self.config.grace_ms
+        # A state that took effect at t is in the window of offset o while its
+        # start, arrival - o - grace, is before t (o > arrival - grace - t), and
+        # the one before it while its end, ts - o + grace, is t or after.
+        inside = {t for t in changes if window[0] < t <= window[1]}
+        if not inside:
+            return  # one state throughout: the same verdict at every offset
+        offsets = {low, high}
+        for t in inside:
+            for edge in (arrival - grace - t, env.ts_ms + grace - t):
+                offsets.update(o for o in (edge, edge + 1) if low <= o <= high)
+        ordered = sorted(offsets)
+        holds: dict[str, set[int]] = {}
+        raised: dict[str, dict[str, Any]] = {}
+        for offset in ordered:
+            probe = self._probe = _Probe(env, offset)
+            try:
+                judgment()
+            except Unverified:
+                continue
+            finally:
+                self._probe = None
+            for alert_id, kwargs in probe.fired.items():
+                if alert_id not in certain.fired:
+                    holds.setdefault(alert_id, set()).add(offset)
+                    raised.setdefault(alert_id, kwargs)
+        for alert_id, at in holds.items():
+            runs = _runs(ordered, at)
+            condition = ClockCondition(env.node, (low, high), runs, condition_text(env.node, low, high, runs))
+            self.emit(**raised[alert_id], condition=condition)
+
     def emit(
         self,
         rule: type[Rule],
@@ -228,15 +341,40 @@ class ClusterState:
         severity: str | None = None,
         ts_ms: int | None = None,
         violation_summary: str | None = None,
+        condition: ClockCondition | None = None,
     ) -> None:
         """Raise an alert once. ``identity`` names the violation (never a read
-        position or wall time): it makes the alert id."""
+        position or wall time): it makes the alert id. ``condition``: the
+        clock offsets a possible violation holds for (:meth:`judge`); it is
+        raised at POSSIBLE_SEVERITY under an id of its own."""
         topic_key, index = partition_key if partition_key else (None, None)
         topic_id = topic_key if topic_key and not topic_key.startswith("name:") else None
         topic = self.view.topic_name(topic_key) or (
             topic_key.removeprefix("name:") if topic_key and topic_key.startswith("name:") else None
         )
-        alert_id = make_alert_id(self.cluster, rule.id, status, topic_key, index, node, *identity)
+        identity = tuple(identity)
+        parts = (self.cluster, rule.id, status, topic_key, index, node, *identity)
+        alert_id = make_alert_id(*parts) if condition is None else make_alert_id(*parts, POSSIBLE)
+        probe = self._probe
+        if probe is not None:
+            probe.fired.setdefault(
+                alert_id,
+                {
+                    "rule": rule,
+                    "env": env,
+                    "message": message,
+                    "node": node,
+                    "identity": identity,
+                    "evidence": tuple(evidence),
+                    "partition_key": partition_key,
+                    "status": status,
+                    "severity": severity,
+                    "ts_ms": ts_ms,
+                    "violation_summary": violation_summary,
+                },
+            )
+            if probe.offset_ms is not None:
+                return  # looked into at one offset: judge raises what holds
         if alert_id in self._emitted:
             return
         self._emitted[alert_id] = None
@@ -244,13 +382,15 @@ class ClusterState:
             self._emitted.popitem(last=False)
         # A verdict on a partition placed the request among its states by the clock;
         # the violating event stays last.
-        interval = self.clock(env) if partition_key is not None else ASSUMED
-        clock = (clock_evidence(env, interval),) if interval.measured else ()
+        interval = self.clock(env) if partition_key is not None or condition is not None else ASSUMED
+        clock = (clock_evidence(env, interval, condition),) if interval.measured else ()
+        if condition is not None:
+            message = f"{message} (possible: {condition.text})"
         chain = (*evidence, *clock, Evidence.of("violation", env, violation_summary or message))
         alert = Alert(
             alert_id=alert_id,
             rule=rule.id,
-            severity=severity or rule.severity,
+            severity=POSSIBLE_SEVERITY if condition is not None else severity or rule.severity,
             status=status,
             cluster=self.cluster,
             topic=topic,
@@ -262,9 +402,69 @@ class ClusterState:
             message=message,
             evidence=chain,
             links=rule.links(),
+            confidence=CERTAIN if condition is None else POSSIBLE,
+            condition=condition,
         )
-        self.counters.bump(self.counters.alerts, (rule.id, alert.severity, status))
+        table = self.counters.alerts if condition is None else self.counters.possible
+        self.counters.bump(table, (rule.id, alert.severity, status))
         self.out.append(alert)
+
+
+@dataclass
+class _Probe:
+    """A judgment looked into (ClusterState.judge): at the request ``env``'s
+    clock offset ``offset_ms``, or over its whole interval (None), and the
+    alerts it raised there, by id, with what raises them."""
+
+    env: Envelope
+    offset_ms: int | None
+    fired: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _runs(offsets: list[int], holding: set[int]) -> tuple[tuple[int, int], ...]:
+    """The ranges of ``offsets`` (sorted; each range between two neighbours
+    holds one set of states) where a verdict holds: runs of neighbours in ``holding``."""
+    runs: list[tuple[int, int]] = []
+    start = previous = None
+    for offset in offsets:
+        if offset in holding:
+            start = offset if start is None else start
+            previous = offset
+        elif start is not None:
+            assert previous is not None
+            runs.append((start, previous))
+            start = None
+    if start is not None:
+        assert previous is not None
+        runs.append((start, previous))
+    return tuple(runs)
+
+
+def _side(offset_ms: int) -> str:
+    """``3.2 s ahead of`` / ``0.5 s behind``."""
+    seconds = f"{abs(offset_ms) / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{seconds} s ahead of" if offset_ms >= 0 else f"{seconds} s behind"
+
+
+def condition_text(node: int | None, low: int, high: int, runs: tuple[tuple[int, int], ...]) -> str:
+    """The offsets a possible violation holds for, in words: ``holds if node 3's
+    clock is at most 3.2 s ahead of the metadata log's (its evidence allows
+    -1 s behind .. 5 s ahead of it)``."""
+    parts = []
+    for a, b in runs:
+        if a <= low and b >= high:
+            parts.append(f"anywhere from {_side(a)} to {_side(b)}")
+        elif a <= low:
+            parts.append(f"at most {_side(b)}" if b >= 0 else f"at least {_side(b)}")
+        elif b >= high:
+            parts.append(f"at least {_side(a)}" if a >= 0 else f"at most {_side(a)}")
+        else:
+            parts.append(f"between {_side(a)} and {_side(b)}")
+    who = f"node {node}'s clock" if node is not None else "the clock"
+    return (
+        f"holds if {who} is {' or '.join(parts)} the metadata log's "
+        f"(its evidence allows {_side(low)} .. {_side(high)} it)"
+    )
 
 
 def handling_ms(env: Envelope) -> int:
@@ -284,14 +484,22 @@ def handling_ms(env: Envelope) -> int:
     return 0
 
 
-def clock_evidence(env: Envelope, interval: ClockInterval) -> Evidence:
-    """The clock offset interval a verdict on ``env`` allowed for, as evidence."""
+def clock_evidence(
+    env: Envelope, interval: ClockInterval, condition: ClockCondition | None = None
+) -> Evidence:
+    """The clock offset interval a verdict on ``env`` allowed for, as evidence;
+    ``condition``: the offsets a possible verdict holds for."""
     bounds = interval.to_dict()
     low, high = bounds["low_ms"], bounds["high_ms"]
     how = "causal evidence" if interval.low_measured else "the clock slack assumed below the upper bound"
     summary = (
         f"{interval.describe(env.node)} (offset {low}..{high} ms from {interval.evidence} half-seconds "
-        f"of evidence, lower bound from {how}): the verdict holds for every offset in it"
+        f"of evidence, lower bound from {how}): "
+        + (
+            "the verdict holds for every offset in it"
+            if condition is None
+            else f"the verdict {condition.text}"
+        )
     )
     return Evidence("clock", "clock", env.ts_ms, env.node, None, env.position, summary, low, high)
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+# The node of a clock bound that holds for every node not named.
+ALL_NODES = -1
+
 
 @dataclass(frozen=True, slots=True)
 class DetectorConfig:
@@ -43,6 +46,11 @@ class DetectorConfig:
         job measures from its own partitions' requests and the records every
         bucket receives, so its intervals can be wider than the whole cluster's
         and its judgments wait longer; docs/architecture.md, "Time and clocks".
+    clock_bounds: what the user knows of the clocks (``--clock-bound-ms``):
+        ``(node, ms)`` pairs, each node's clock within ``ms`` of the metadata
+        log's (the active controller's), node ``ALL_NODES`` for every node not
+        named. A bound narrows the measured interval; evidence that contradicts
+        it wins and is reported (ClusterState.node_interval).
     """
 
     grace_ms: int = 2000
@@ -53,6 +61,7 @@ class DetectorConfig:
     clock_limit_ms: int = 30_000
     idle_ms: int = 2000
     measure_clocks: bool = False
+    clock_bounds: tuple[tuple[int, int], ...] = ()
 
     def __setstate__(self, state: list[object] | dict[str, object]) -> None:
         """Restore a pickled config (its field values in order); one pickled
@@ -75,6 +84,25 @@ class DetectorConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer of milliseconds, got {value!r}")
+        for pair in self.clock_bounds:
+            if (
+                not isinstance(pair, tuple)
+                or len(pair) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+                or pair[0] < ALL_NODES
+                or pair[1] < 0
+            ):
+                raise ValueError(f"clock_bounds must hold (node, non-negative ms) pairs, got {pair!r}")
+
+    def clock_bound_of(self, node: int) -> int | None:
+        """The bound the user gave on ``node``'s clock, or on every node's; None if none."""
+        every = None
+        for named, ms in self.clock_bounds:
+            if named == node:
+                return ms
+            if named == ALL_NODES:
+                every = ms
+        return every
 
     @property
     def judge_delay_ms(self) -> int:

@@ -179,6 +179,7 @@ class _Cluster(ClusterState):
         self.__dict__.update(state)
         self.__dict__.setdefault("bucket", WHOLE)
         self.__dict__.setdefault("journal", None)
+        self.__dict__.setdefault("bound_contradicted", {})
         self.measures_clocks = self.config.measure_clocks
         if "progress" not in state:
             # Up to f6ae53e one newest time stood for every source, and no clock was measured.
@@ -250,7 +251,7 @@ class _Cluster(ClusterState):
             return ts_ms + self.metadata_clock.shift_ms
         if key[0] not in ("request", "quorum_state"):
             return ts_ms
-        return corrected_by(self.clocks.interval(key[1], ts_ms), ts_ms)
+        return corrected_by(self.node_interval(key[1], ts_ms), ts_ms)
 
 
 # The kinds a node stamps by its own clock; the others carry the metadata log's.
@@ -333,7 +334,7 @@ class Detector:
             source = key = source_key(env.kind, env.node)
             if before is not None:
                 if env.kind == "request":
-                    clock = cs.clocks.interval(env.node, env.ts_ms)
+                    clock = cs.node_interval(env.node, env.ts_ms)
                     ts_ms = corrected_by(clock, env.ts_ms)
                 else:
                     ts_ms = cs.corrected(key, env.ts_ms)
@@ -604,7 +605,11 @@ class Detector:
                         journal.pushed.append(entry)
                     continue
             try:
-                judgment()
+                assert isinstance(judgment, partial)
+                if judgment.func in rules.CLOCK_WINDOWED and cs.measures_clocks:
+                    cs.judge(judgment, judgment.args[1])
+                else:
+                    judgment()
             except Unverified as exc:
                 cs.unverified(exc.reason)
         if watermark_ms is not None:

@@ -4,9 +4,28 @@ at any moment of a grace window, whatever order the sources arrived in."""
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+# The times at which a state changed inside the windows asked for, collected
+# while a verdict's dependence on a clock is looked into
+# (detectors.cluster.ClusterState.judge): one judgment at a time, in one thread.
+_changes: list[int] | None = None
+
+
+@contextmanager
+def watching_changes() -> Iterator[list[int]]:
+    """Collect, into the list given, the times of every change of state inside
+    the windows :meth:`History.window` is asked for meanwhile."""
+    global _changes
+    outer, _changes = _changes, []
+    try:
+        yield _changes
+    finally:
+        _changes = outer
 
 
 class History(Generic[T]):
@@ -62,6 +81,8 @@ class History(Generic[T]):
         """Every state in effect at some moment of ``[lo_ms, hi_ms]``."""
         start = max(bisect_right(self._times, lo_ms) - 1, 0)
         stop = bisect_right(self._times, hi_ms)
+        if _changes is not None:
+            _changes.extend(self._times[start + 1 : stop])
         return self._states[start:stop]
 
     def prune(self, before_ms: int) -> None:

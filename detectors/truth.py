@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from detectors.alerts import FIRING, STATUSES
+from detectors.alerts import FIRING, POSSIBLE, STATUSES
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, LongLine, read_lines, too_large_reason
 
 MATCH_FIELDS = ("rule", "status", "cluster", "node", "ts_ms", "topic", "partition")
@@ -35,14 +35,20 @@ def count_by_status(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str,
     return table
 
 
+def is_possible(record: Mapping[str, Any]) -> bool:
+    """A possible violation (detectors.alerts.POSSIBLE); alerts without the field are certain."""
+    return record.get("confidence") == POSSIBLE
+
+
 def confusion(
     alerts: Iterable[Mapping[str, Any]], truth: Iterable[Mapping[str, Any]]
 ) -> dict[tuple[str, str], dict[str, int]]:
     """Per (rule, status): ``tp`` injected and detected, ``fp`` detected but not
-    injected, ``fn`` injected but not detected. Multiplicity counts. A timer
-    rule's resolutions are rows of their own (status ``resolved``), never
-    counted with its violations."""
-    detected = Counter(match_key(a) for a in alerts)
+    injected, ``fn`` injected but not detected, of the certain alerts (possible
+    ones: :func:`possible_counts`). Multiplicity counts. A timer rule's
+    resolutions are rows of their own (status ``resolved``), never counted
+    with its violations."""
+    detected = Counter(match_key(a) for a in alerts if not is_possible(a))
     injected = Counter(match_key(t) for t in truth)
     table: dict[tuple[str, str], dict[str, int]] = {}
     for key in detected.keys() | injected.keys():
@@ -52,6 +58,27 @@ def confusion(
         row["fp"] += detected[key] - both
         row["fn"] += injected[key] - both
     return dict(sorted(table.items()))
+
+
+def possible_counts(
+    alerts: Iterable[Mapping[str, Any]], truth: Iterable[Mapping[str, Any]]
+) -> tuple[int, int]:
+    """The possible alerts that catch an injected violation no certain alert
+    caught, and the others (false ones), multiplicity counting."""
+    alerts = list(alerts)
+    injected = Counter(match_key(t) for t in truth)
+    injected.subtract(Counter(match_key(a) for a in alerts if not is_possible(a)))
+    caught = false = 0
+    for alert in alerts:
+        if not is_possible(alert):
+            continue
+        key = match_key(alert)
+        if injected[key] > 0:
+            injected[key] -= 1
+            caught += 1
+        else:
+            false += 1
+    return caught, false
 
 
 class TruthFileError(ValueError):

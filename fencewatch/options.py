@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlparse
 
-from detectors.config import DetectorConfig
+from detectors.config import ALL_NODES, DetectorConfig
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES, MAX_RECORD_BYTES_ENV
 from detectors.truth import TruthFileError, load_truth
 from streaming.bucket_layout import check_buckets  # no Spark import
@@ -115,9 +115,52 @@ def add_detector_options(parser: argparse.ArgumentParser) -> None:
         "streaming job measures from its own partitions' requests (env FENCEWATCH_MEASURE_CLOCKS; "
         "default %(default)s; docs/architecture.md, 'Time and clocks')",
     )
+    add_clock_bound_option(group)
+
+
+def clock_bounds(text: str) -> tuple[tuple[int, int], ...]:
+    """``--clock-bound-ms``'s value (and FENCEWATCH_CLOCK_BOUND_MS's): ``MS`` for
+    every node, ``NODE=MS`` for one, several comma-separated."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        node, _, ms = part.rpartition("=")
+        try:
+            pair = (int(node) if node else ALL_NODES, int(ms))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not MS or NODE=MS (whole numbers)") from None
+        if pair[1] < 0 or (node and pair[0] < 0):
+            raise argparse.ArgumentTypeError(f"{part!r}: the node and the bound must not be negative")
+        out.append(pair)
+    return tuple(out)
+
+
+def add_clock_bound_option(group: argparse._ArgumentGroup) -> None:
+    """``--clock-bound-ms``, repeatable (DetectorConfig.clock_bounds)."""
+    env = os.environ.get("FENCEWATCH_CLOCK_BOUND_MS")
+    try:
+        default = clock_bounds(env) if env else ()
+    except argparse.ArgumentTypeError as exc:
+        fail(
+            "fencewatch",
+            f"FENCEWATCH_CLOCK_BOUND_MS={env!r}: {exc}",
+            "fix or unset FENCEWATCH_CLOCK_BOUND_MS",
+        )
+    group.add_argument(
+        "--clock-bound-ms",
+        type=clock_bounds,
+        action="append",
+        default=[default] if default else [],
+        metavar="[NODE=]MS",
+        help="what you know of the clocks: node NODE's clock (every node's without NODE=) is within MS "
+        "of the metadata log's, the active controller's (with every host within E of true time by "
+        "NTP/chrony, give 2E). It narrows the measured interval, so verdicts that hold for only some "
+        "offsets of a wide interval can become certain; evidence that contradicts it wins and is "
+        "reported. Repeatable, or comma-separated (env FENCEWATCH_CLOCK_BOUND_MS)",
+    )
 
 
 def detector_config(args: argparse.Namespace) -> DetectorConfig:
+    bounds = tuple(pair for given in getattr(args, "clock_bound_ms", None) or () for pair in given)
     try:
         return DetectorConfig(
             grace_ms=args.grace_ms,
@@ -128,6 +171,7 @@ def detector_config(args: argparse.Namespace) -> DetectorConfig:
             clock_window_ms=args.clock_window_ms,
             idle_ms=args.idle_ms,
             measure_clocks=args.measure_clocks,
+            clock_bounds=bounds,
         )
     except ValueError as exc:
         raise SystemExit(f"fencewatch: {exc}") from None

@@ -39,7 +39,13 @@ from fencewatch.options import (
     output_file,
     truth_records,
 )
-from fencewatch.summaries import print_clocks, print_confusion, print_summary, replay_line_accounting
+from fencewatch.summaries import (
+    print_bound_contradictions,
+    print_clocks,
+    print_confusion,
+    print_summary,
+    replay_line_accounting,
+)
 from streaming.bucket_layout import DEFAULT_BUCKETS  # no Spark import
 
 PROGRESS_MIN_BYTES = 16 * 1024 * 1024
@@ -198,6 +204,9 @@ def run(args: argparse.Namespace) -> int:
         detector.config.grace_ms,
         detector.config.clock_limit_ms,
         sys.stderr,
+    )
+    print_bound_contradictions(
+        {name: cs.bound_contradicted for name, cs in detector.clusters.items()}, sys.stderr
     )
     where = dead_out.where()
     if where:

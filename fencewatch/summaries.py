@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from detectors.alerts import FIRING, RESOLVED
+from detectors.alerts import FIRING, POSSIBLE, RESOLVED
 from detectors.clocks import ClockInterval, MetadataClock
 from detectors.cluster import Counters
 from detectors.render import tally
@@ -72,6 +72,29 @@ def print_summary(counters: Counters, dead_letters: int, out: TextIO) -> None:
         ),
         out,
     )
+    possible = counters.alerts_by_rule(FIRING, POSSIBLE)
+    if possible:
+        _table(
+            f"possible violations: {sum(possible.values())} (each holds for some clock offsets its node's "
+            "evidence allows, not all: severity info, the condition in its message; --clock-bound-ms "
+            "narrows the offsets)",
+            [(rule, str(n)) for rule, n in sorted(possible.items())],
+            out,
+        )
+
+
+def print_bound_contradictions(clusters: Mapping[str, Mapping[int, Sequence[float]]], out: TextIO) -> None:
+    """One line per node whose clock evidence contradicts the bound given for it
+    (``--clock-bound-ms``; ClusterState.node_interval): the bound is not used."""
+    for cluster, nodes in sorted(clusters.items()):
+        for node, (low, high, bound) in sorted(nodes.items()):
+            measured = ClockInterval(low, high, measured=True).describe(node)
+            print(
+                f"CLOCK BOUND CONTRADICTED on {cluster}: {measured} by its evidence, outside the "
+                f"--clock-bound-ms {int(bound)} given for it: the bound is wrong or the clock broke; "
+                "verdicts use the evidence",
+                file=out,
+            )
 
 
 def print_confusion(table: dict[tuple[str, str], dict[str, int]], out: TextIO) -> bool:

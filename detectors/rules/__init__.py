@@ -41,7 +41,14 @@ READ_APIS = frozenset(
     }
 )
 
+# The judgments of requests made over the grace windows of every moment the
+# node's clock interval allows, which change nothing but the alerts they raise:
+# ClusterState.judge makes them again at single offsets to find the possible
+# violations among what they do not raise as certain.
+CLOCK_WINDOWED = frozenset({produce.judge, fetch.judge, stop_replica.judge, alter_partition.judge})
+
 __all__ = [
+    "CLOCK_WINDOWED",
     "READ_APIS",
     "RULES",
     "Rule",
