@@ -5,7 +5,7 @@
 
 Writes the snapshot of a large cluster (per topic one TOPIC_RECORD and 100
 PARTITION_RECORD v1 with three replicas, their directories and ISR, plus a
-CONFIG_RECORD, which has no schema here; 100 brokers registered) in batches of
+CONFIG_RECORD of a setting no rule reads; 100 brokers registered) in batches of
 up to 8,000 records, as ``RecordsSnapshotWriter`` packs them, then reads it
 back through ``iter_metadata_log_file`` ``--repeat`` times (CPU time of this
 process, so one core) and prints each run's records per second, their median,

@@ -34,6 +34,7 @@ class UnverifiedReason(StrEnum):
     BROKER_REGISTRATION_NOT_SEEN = "broker registration not seen"
     TOO_LATE = "too late: its grace window had closed when it arrived"
     CLOCK_UNCERTAIN = "clock uncertain"
+    UNCLEAN_ELECTION_UNDECIDED = "unclean election the log cannot judge"
 
 
 # Most gaps are a view that starts after the records it needed.
@@ -88,6 +89,13 @@ UNVERIFIED_EXPLANATIONS: dict[UnverifiedReason, str] = {
         "among the metadata records: the replay summary's clock lines name the node; fix its clock "
         "(NTP/chrony) or raise --clock-limit-ms"
     ),
+    UnverifiedReason.UNCLEAN_ELECTION_UNDECIDED: (
+        "a leader was elected from outside the ISR and ELR (an unclean election) and the metadata log "
+        "does not say whether its topic allows that: set unclean.leader.election.enable for the topic "
+        "or the cluster with kafka-configs.sh (a controller's server.properties is not in the log) and "
+        "ship the log from before that; with ISR and ELR both empty it may also be KIP-966's "
+        "last-known-leader recovery, which any setting allows"
+    ),
     UnverifiedReason.TOO_LATE: (
         "the event arrived after the verdicts of its time were made: raise --lateness-ms "
         "(FENCEWATCH_LATENESS_MS) to the shippers' worst delay, or ship with less delay"
@@ -134,6 +142,15 @@ def cluster_snapshot(state: Any) -> dict[str, Any]:
         "unverified": dict(counters.unverified),
         "dead_letters": dict(counters.dead_letters),
         "alerts": [[rule, severity, status, n] for (rule, severity, status), n in counters.alerts.items()],
+        # Possible violations (detectors.alerts.POSSIBLE), apart from the certain ones.
+        "possible_alerts": [
+            [rule, severity, status, n] for (rule, severity, status), n in counters.possible.items()
+        ],
+        # Nodes whose clock evidence contradicts the bound given for them: node -> [low, high, bound].
+        "clock_bound_contradicted": {
+            str(node): [int(low), int(high), int(bound)]
+            for node, (low, high, bound) in state.bound_contradicted.items()
+        },
         "late": counters.late,
         "duplicates": counters.duplicates,
         "brokers": {
@@ -169,11 +186,17 @@ def merge_buckets(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
             for key, n in snap[name].items():
                 table[key] = table.get(key, 0) + n
         merged[name] = table
-    alerts: dict[tuple[str, str, str], int] = {}
+    for name in ("alerts", "possible_alerts"):
+        alerts: dict[tuple[str, str, str], int] = {}
+        for snap in ordered:
+            # A snapshot of a release before possible violations has none.
+            for rule, severity, status, n in snap.get(name, ()):
+                alerts[(rule, severity, status)] = alerts.get((rule, severity, status), 0) + n
+        merged[name] = [[*key, n] for key, n in alerts.items()]
+    contradicted: dict[str, list[int]] = {}
     for snap in ordered:
-        for rule, severity, status, n in snap["alerts"]:
-            alerts[(rule, severity, status)] = alerts.get((rule, severity, status), 0) + n
-    merged["alerts"] = [[*key, n] for key, n in alerts.items()]
+        contradicted.update(snap.get("clock_bound_contradicted") or {})
+    merged["clock_bound_contradicted"] = contradicted
     for name in ("late", "duplicates", "pending_judgments"):
         merged[name] = sum(snap[name] for snap in ordered)
     times = [snap["newest_event_ts_ms"] for snap in ordered if snap["newest_event_ts_ms"] is not None]

@@ -15,6 +15,7 @@ from detectors.envelope import BadRecord, DeadLetterClass, Envelope, Unverified
 from detectors.fast_init import fast_init
 from detectors.fields import INT64, get_bool, get_int, get_list, get_str, int_list
 from detectors.history import History
+from detectors.metadata_configs import BROKER, CLUSTER_DEFAULT, READ_CONFIGS, TOPIC
 from detectors.pickling import fast_pickle
 from detectors.stats import UnverifiedReason
 
@@ -160,6 +161,11 @@ class ClusterView:
         # broker -> when the view first heard of it (kept only for a view started
         # mid-log): its state before then is unknown, not absent.
         self.brokers_seen_ms: dict[int, int] = {}
+        # (ConfigResource.Type id, resource name) -> config name -> (value, the
+        # CONFIG_RECORD that set it), for the names the rules read
+        # (detectors.metadata_configs.READ_CONFIGS): a topic's by its name, a
+        # node's by its id, the cluster default by "".
+        self.configs: dict[tuple[int, str], dict[str, tuple[str, Evidence]]] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A view pickled before mid-log starts were recognised judged as one
@@ -167,6 +173,7 @@ class ClusterView:
         self.__dict__.update(state)
         self.__dict__.setdefault("started_mid_log", False)
         self.__dict__.setdefault("brokers_seen_ms", {})
+        self.__dict__.setdefault("configs", {})
 
     # ---- lookups used by the rules -------------------------------------------------
 
@@ -214,6 +221,28 @@ class ClusterView:
 
     def partition(self, key: PartitionKey) -> History[PartitionState] | None:
         return self.partitions.get(key)
+
+    def topic_config(self, topic: str, name: str) -> tuple[str, Evidence] | None:
+        """The value of the topic configuration ``name`` (one of READ_CONFIGS)
+        for the topic named ``topic``, as the active controller resolves it
+        from what the log set (KafkaConfigSchema.resolveEffectiveTopicConfig,
+        by ConfigurationControlManager.getTopicConfig: the topic's own, then
+        the active controller's node setting, then the cluster default), with
+        the record that set it. None when the log does not decide it: set
+        nowhere (the controllers' server.properties or Kafka's default decide,
+        and the log holds neither), or set for some node to other than what
+        holds for the rest (only the active controller's own setting counts,
+        and the view does not follow which controller is active)."""
+        own = self.configs.get((TOPIC, topic), {}).get(name)
+        if own is not None:
+            return own
+        cluster = self.configs.get((BROKER, CLUSTER_DEFAULT), {}).get(name)
+        default = cluster[0] if cluster is not None else None
+        for (kind, resource), configs in self.configs.items():
+            node = configs.get(name)
+            if kind == BROKER and resource != CLUSTER_DEFAULT and node is not None and node[0] != default:
+                return None
+        return cluster
 
     # ---- applying metadata ----------------------------------------------------------
 
@@ -327,6 +356,9 @@ class ClusterView:
         if topic is None:
             raise Unverified(UnverifiedReason.TOPIC_REMOVAL_NOT_SEEN)
         topic.deleted_ms = env.ts_ms
+        # Its configs go with it (ConfigurationControlManager.deleteTopicConfigs):
+        # a topic created again under its name starts without them.
+        self.configs.pop((TOPIC, topic.name), None)
         named = self.topic_ids_by_name.get(topic.name)
         if named is not None and named.latest == topic_id:
             self._name(topic.name, env.ts_ms, None)
@@ -339,6 +371,30 @@ class ClusterView:
         else:
             named.prune(ts_ms - self.retention_ms)
             named.append(ts_ms, topic_id)
+
+    def _config(self, env: Envelope, data: dict[str, Any]) -> None:
+        """A CONFIG_RECORD: kept if it sets or deletes (value null) a config the
+        rules read (ConfigurationControlManager.replay); every other is ignored."""
+        name = data.get("name")
+        if name not in READ_CONFIGS:
+            return
+        resource_type = get_int(data, "resourceType", "data", bounds=(-128, 127))
+        if resource_type not in (TOPIC, BROKER):
+            return
+        resource = get_str(data, "resourceName", "data")
+        assert resource is not None
+        value = get_str(data, "value", "data", default=None)
+        key = (resource_type, resource)
+        configs = self.configs.setdefault(key, {})
+        if value is None:
+            configs.pop(name, None)
+            if not configs:
+                del self.configs[key]
+        else:
+            what = f"topic {resource}" if resource_type == TOPIC else f"node {resource}"
+            if key == (BROKER, CLUSTER_DEFAULT):
+                what = "cluster default"
+            configs[name] = (value, Evidence.of("view", env, f"{what} config {name}={value}"))
 
     def _feature_level(self, env: Envelope, data: dict[str, Any]) -> None:
         if get_str(data, "name", "data") == "metadata.version":
@@ -490,6 +546,7 @@ _HANDLERS = {
     "TOPIC_RECORD": ClusterView._topic,
     "REMOVE_TOPIC_RECORD": ClusterView._remove_topic,
     "FEATURE_LEVEL_RECORD": ClusterView._feature_level,
+    "CONFIG_RECORD": ClusterView._config,
     "PARTITION_RECORD": ClusterView._partition_record,
     "PARTITION_CHANGE_RECORD": ClusterView._partition_change,
 }

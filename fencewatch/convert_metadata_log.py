@@ -103,9 +103,13 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(stats: MetadataLogStats) -> str:
     """One human line: what became of every batch and record."""
+    # Records of a version newer than the schemas here, read by the fields of the newest one.
+    older = ", ".join(f"{k}={v}" for k, v in sorted(stats.read_as_older_by_type.items()))
+    if older:
+        older = f" (of a version newer than this release knows, read as the newest it knows: {older})"
     return (
         f"{PROG} {FORMAT}: {stats.files} file(s), {stats.batches} batches: {stats.records} records"
-        f"{by_name(stats.records_by_type)}, {stats.dead_letters} dead letters; skipped: "
+        f"{by_name(stats.records_by_type)}{older}, {stats.dead_letters} dead letters; skipped: "
         f"{stats.control_records} control records{by_name(stats.control_records_by_type)}, "
         f"{stats.unread} records without a schema here{by_name(stats.unread_by_type)}"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from detectors.metadata_configs import UNCLEAN_LEADER_ELECTION_ENABLE, parse_boolean
 from detectors.rules.base import Rule, register
 from detectors.stats import UnverifiedReason
 from detectors.view import PartitionChange
@@ -37,10 +38,24 @@ class IsrIneligibleReplicaAdmitted(Rule):
 
 @register
 class LeaderIneligibleElected(Rule):
-    """KIP-841. A metadata record makes a fenced, shutting-down or unregistered
-    broker the partition's leader. ``node`` is that broker. Not a violation:
+    """KIP-841, KIP-966. A metadata record makes a fenced, shutting-down or
+    unregistered broker the partition's leader; or, in a PARTITION_CHANGE_RECORD,
+    a broker in neither the ISR nor the ELR the partition had (an unclean
+    election, which loses acknowledged records) although the log sets
+    ``unclean.leader.election.enable`` false for its topic (the topic's own
+    setting, else the controllers' node or cluster default one:
+    ClusterView.topic_config). ``node`` is that broker. Not a violation:
     ``leader: -1`` (no leader, e.g. the last ISR member was fenced); a record
-    that keeps the current leader while only bumping the epoch."""
+    that keeps the current leader while only bumping the epoch; a leader from
+    the ELR (KIP-966); an unclean election on a topic whose setting is true
+    (the controller does them since Kafka 3.9, KAFKA-12670; before, KRaft
+    ignored the setting and only an operator's unclean ElectLeaders made one).
+    Counted unverified instead: an unclean election where the log sets nothing
+    (a controller's server.properties may allow it) or where ISR and ELR were
+    both empty (KIP-966's last-known-leader recovery elects outside them
+    whatever the setting). An operator's ``kafka-leader-election.sh
+    --election-type unclean`` (ElectLeaders UNCLEAN) overrides the setting and
+    leaves the same record: the alert says so."""
 
     id = "LEADER_INELIGIBLE_ELECTED"
     severity = "critical"
@@ -98,3 +113,33 @@ def judge_change(cs: ClusterState, change: PartitionChange) -> None:
                 evidence=[broker.source],
                 partition_key=change.key,
             )
+        elif before is not None and after.leader not in before.isr and after.leader not in before.elr:
+            _judge_unclean_election(cs, change)
+
+
+def _judge_unclean_election(cs: ClusterState, change: PartitionChange) -> None:
+    """A leader elected from outside the ISR and ELR it had: a violation
+    where the log says the topic does not allow it (LeaderIneligibleElected)."""
+    after, before, env = change.after, change.before, change.env
+    assert before is not None
+    topic = cs.view.topic_name(change.key[0])
+    setting = cs.view.topic_config(topic, UNCLEAN_LEADER_ELECTION_ENABLE) if topic else None
+    if setting is not None and parse_boolean(setting[0]):
+        return  # the topic allows it (PartitionChangeBuilder.electAnyLeader, Election.UNCLEAN)
+    if setting is None or not (before.isr or before.elr):
+        cs.unverified(UnverifiedReason.UNCLEAN_ELECTION_UNDECIDED)
+        return
+    value, source = setting
+    cs.emit(
+        LeaderIneligibleElected,
+        env,
+        message=f"broker {after.leader} was elected leader of {cs.describe(change.key)} "
+        f"(leader epoch {after.leader_epoch}) from outside its ISR {list(before.isr)} and ELR "
+        f"{list(before.elr)}, an unclean election, although {UNCLEAN_LEADER_ELECTION_ENABLE} is "
+        f"{value} for it: acknowledged records may be lost (only an operator's unclean "
+        "ElectLeaders may do that)",
+        node=after.leader,
+        identity=(after.leader_epoch,),
+        evidence=[before.source, source],
+        partition_key=change.key,
+    )
