@@ -153,6 +153,8 @@ def _schema(name: str) -> Schema:
     flexible = BaseField.parse_versions(schema["flexibleVersions"])
     if flexible is None or flexible[0] > low:
         raise ValueError(f"{name}: only flexible versions are read here")
+    if low != 0:  # decode_metadata_value takes a version without a decoder for a newer one
+        raise ValueError(f"{name}: only schemas from version 0 are read here")
     message = schema["name"]  # ZkMigrationRecord.json holds ZkMigrationStateRecord
     fields = schema["fields"]
     decoders = {version: struct_decoder(fields, version, message) for version in range(low, high + 1)}
@@ -216,9 +218,7 @@ def decode_metadata_value(value: bytes) -> dict[str, Any] | ReadAsOlder | Unread
     reader = record_schema.decoders.get(version)
     if reader is not None:
         return {"type": name, "version": version, "data": _decode(record_schema, reader, value, pos, version)}
-    newest = record_schema.max_version
-    if version < newest:  # below the oldest version: no Kafka wrote it
-        return Unreadable(f"{name} v{version}")
+    newest = record_schema.max_version  # every schema here starts at version 0: this one is newer
     try:
         data = _decode(record_schema, record_schema.decoders[newest], value, pos, newest)
     except RecordError:
