@@ -182,6 +182,11 @@ def server_properties(layout: ClusterLayout, node: NodeLayout) -> str:
         props["listeners"] = f"{CONTROLLER_LISTENER}://{HOST}:{node.port}"
         props["listener.security.protocol.map"] = f"{CONTROLLER_LISTENER}:PLAINTEXT"
         props.update(CONTROLLER_DEFAULTS)
+        if layout.tiered_storage:
+            # The controller validates a topic's remote.storage.enable against its own
+            # setting (LogConfig.validate from ControllerConfigurationValidator):
+            # without it, CreateTopics of a tiered topic is refused with INVALID_CONFIG.
+            props["remote.log.storage.system.enable"] = "true"
     else:
         props["listeners"] = f"{CLIENT_LISTENER}://{HOST}:{node.port}"
         props["advertised.listeners"] = f"{CLIENT_LISTENER}://{HOST}:{node.port}"
