@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient
 
 from localkafka.fetch import KafkaJars, KafkaSetupError, java_binary, java_major_version
 from localkafka.layout import HOST, ClusterLayout, NodeLayout, logging_config, plan, server_properties
+from localkafka.secure import SecureListener
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 _POLL_SECONDS = 0.25
@@ -76,7 +77,9 @@ def check_ports_free(ports: Iterable[int]) -> None:
 class LocalKafkaCluster:
     """A KRaft cluster of ``controllers`` + ``brokers`` JVMs under ``root``; a
     context manager. ``base_port=None`` picks free ports; otherwise the nodes
-    take ``base_port``, ``base_port + 1``... (controllers first).
+    take ``base_port``, ``base_port + 1``... (controllers first). With
+    ``secure_listener`` every broker also listens with SASL_SSL and SCRAM on a
+    port of its own (after the others'), and its users are created at format.
     """
 
     def __init__(
@@ -92,10 +95,11 @@ class LocalKafkaCluster:
         heap: str = "384m",
         skewable: Iterable[int] = (),
         startup_timeout_seconds: float = 120.0,
+        secure_listener: SecureListener | None = None,
     ) -> None:
         self.jars = jars
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="fencewatch-kafka-"))
-        count = controllers + brokers
+        count = controllers + brokers * (2 if secure_listener else 1)
         if base_port is not None:
             ports = list(range(base_port, base_port + count))
             check_ports_free(ports)
@@ -111,6 +115,7 @@ class LocalKafkaCluster:
             brokers=brokers,
             tiered_storage=tiered_storage,
             broker_overrides=broker_overrides,
+            secure=secure_listener,
         )
         self.cluster_id = _kafka_uuid()
         self.heap = heap
@@ -130,6 +135,11 @@ class LocalKafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return self.layout.bootstrap_servers
+
+    @property
+    def secure_bootstrap_servers(self) -> str:
+        """The brokers' SASL_SSL listeners (``secure_listener``); empty without."""
+        return self.layout.secure_bootstrap_servers
 
     @property
     def brokers(self) -> tuple[NodeLayout, ...]:
@@ -337,6 +347,8 @@ class LocalKafkaCluster:
 
     def _format(self, node: NodeLayout) -> None:
         args = ["format", "-t", self.cluster_id, "-c", str(node.properties_file)]
+        if self.layout.secure is not None:
+            args += self.layout.secure.format_args()
         proc = subprocess.run(
             self._java_command(node, "kafka.tools.StorageTool", *args, heap="256m", tool=True),
             capture_output=True,

@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localkafka.secure import LISTENER as SECURE_LISTENER
+from localkafka.secure import SecureListener
+
 HOST = "127.0.0.1"
 CONTROLLER_LISTENER = "CONTROLLER"
 CLIENT_LISTENER = "PLAINTEXT"
@@ -71,6 +74,7 @@ class NodeLayout:
     port: int
     directory: Path
     overrides: dict[str, str] = field(default_factory=dict)
+    secure_port: int | None = None  # a broker's SASL_SSL listener (localkafka.secure)
 
     @property
     def is_controller(self) -> bool:
@@ -116,6 +120,7 @@ class ClusterLayout:
     controllers: tuple[NodeLayout, ...]
     brokers: tuple[NodeLayout, ...]
     tiered_storage: bool
+    secure: SecureListener | None = None
 
     @property
     def nodes(self) -> tuple[NodeLayout, ...]:
@@ -128,6 +133,11 @@ class ClusterLayout:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{HOST}:{b.port}" for b in self.brokers)
+
+    @property
+    def secure_bootstrap_servers(self) -> str:
+        """The brokers' SASL_SSL listeners; empty without one."""
+        return ",".join(f"{HOST}:{b.secure_port}" for b in self.brokers if b.secure_port is not None)
 
     @property
     def remote_storage_dir(self) -> Path:
@@ -149,11 +159,14 @@ def plan(
     brokers: int = 3,
     tiered_storage: bool = True,
     broker_overrides: dict[str, str] | None = None,
+    secure: SecureListener | None = None,
 ) -> ClusterLayout:
     """Lay out ``controllers`` + ``brokers`` nodes under ``root`` on ``ports``
-    (one each, controllers first)."""
-    if len(ports) < controllers + brokers:
-        raise ValueError(f"{controllers + brokers} ports needed, {len(ports)} given")
+    (one each, controllers first; with ``secure``, then one more per broker
+    for its SASL_SSL listener)."""
+    needed = controllers + brokers * (2 if secure else 1)
+    if len(ports) < needed:
+        raise ValueError(f"{needed} ports needed, {len(ports)} given")
     c_nodes = tuple(
         NodeLayout(
             FIRST_CONTROLLER_ID + i, "controller", ports[i], root / f"controller-{FIRST_CONTROLLER_ID + i}"
@@ -162,11 +175,16 @@ def plan(
     )
     b_nodes = tuple(
         NodeLayout(
-            i + 1, "broker", ports[controllers + i], root / f"broker-{i + 1}", dict(broker_overrides or {})
+            i + 1,
+            "broker",
+            ports[controllers + i],
+            root / f"broker-{i + 1}",
+            dict(broker_overrides or {}),
+            ports[controllers + brokers + i] if secure else None,
         )
         for i in range(brokers)
     )
-    return ClusterLayout(root, kafka_major, c_nodes, b_nodes, tiered_storage)
+    return ClusterLayout(root, kafka_major, c_nodes, b_nodes, tiered_storage, secure)
 
 
 def server_properties(layout: ClusterLayout, node: NodeLayout) -> str:
@@ -195,6 +213,12 @@ def server_properties(layout: ClusterLayout, node: NodeLayout) -> str:
             f"{CLIENT_LISTENER}:PLAINTEXT,{CONTROLLER_LISTENER}:PLAINTEXT"
         )
         props.update(BROKER_DEFAULTS)
+        if layout.secure is not None and node.secure_port is not None:
+            secure = f"{SECURE_LISTENER}://{HOST}:{node.secure_port}"
+            props["listeners"] += f",{secure}"
+            props["advertised.listeners"] += f",{secure}"
+            props["listener.security.protocol.map"] += f",{SECURE_LISTENER}:SASL_SSL"
+            props.update(layout.secure.broker_properties())
         if layout.tiered_storage:
             props.update(TIERED_STORAGE)
             props["rsm.config.dir"] = str(layout.remote_storage_dir)
