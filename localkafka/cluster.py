@@ -298,6 +298,12 @@ class LocalKafkaCluster:
         shutil.rmtree(node.data_dir, ignore_errors=True)
         self._format(node)
 
+    def override(self, node_id: int, settings: dict[str, str]) -> None:
+        """Settings for node ``node_id`` alone, over the cluster's; they are
+        written by :meth:`start`, so call it before (a broker may reach its
+        controllers through a proxy: ``controller.quorum.voters``)."""
+        self.layout.node(node_id).overrides.update(settings)
+
     def set_clock_offset(self, node_id: int, seconds: float) -> None:
         """Move node ``node_id``'s wall clock ``seconds`` from true time (it must
         have been named in ``skewable``); libfaketime reads it within a second."""
