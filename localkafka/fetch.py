@@ -19,11 +19,13 @@ half-filled directory that looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from pathlib import Path
 DEFAULT_VERSION = "4.4.0"
 _LOG4J2_VERSION = "2.24.3"
 _RELOAD4J_VERSION = "1.7.36"
+_LOCAL_TIERED_STORAGE_CLASS = "org/apache/kafka/server/log/remote/storage/LocalTieredStorage.class"
 CACHE_ENV = "FENCEWATCH_CACHE_DIR"
 # A directory of Kafka's jars the user already has (an unpacked distribution's
 # libs/): used as it is, nothing fetched.
@@ -61,9 +64,18 @@ class KafkaJars:
 
     @property
     def has_tiered_storage_test_jar(self) -> bool:
-        return any(self.lib_dir.glob("kafka-storage-*-test.jar")) or any(
-            self.lib_dir.glob("kafka-storage-*-test-fixtures.jar")
-        )
+        """Whether the storage module's test jar holds LocalTieredStorage: 3.x
+        serves a test jar too, but the class came with tiered storage (3.6);
+        the 3.2.3 and 3.3.2 jars lack it."""
+        jars = [
+            *self.lib_dir.glob("kafka-storage-*-test.jar"),
+            *self.lib_dir.glob("kafka-storage-*-test-fixtures.jar"),
+        ]
+        for jar in jars:
+            with contextlib.suppress(OSError, zipfile.BadZipFile), zipfile.ZipFile(jar) as archive:
+                if _LOCAL_TIERED_STORAGE_CLASS in archive.namelist():
+                    return True
+        return False
 
     @property
     def dump_tool_class(self) -> str:
