@@ -6,8 +6,14 @@ feeding the same Detector in a single Python process.
     .venv/bin/python benchmarks/streaming_throughput.py --events 300000 --rate 2000 --rate 20000 \
         --latency-seconds 40 --partitions 1000 --partitions 100000
 
-Everything runs against the embedded broker (tansu), in one run, and every
-figure printed is measured in that run. The job's and the plain consumer's
+Everything runs against the embedded broker (tansu), or the Kafka cluster of
+``--bootstrap-servers`` (its broker's CPU counted with ``--broker-pid``), in
+one run, and every figure printed is measured in that run. ``--kafka-source``
+(repeatable: python, spark) picks the job's source for (a) and (f); with both,
+each (source, bucket count) takes turns with the others over
+``--bucket-rounds`` rounds, and the medians and Spark's source's ratios to
+ours are printed. Spark's source does not read the embedded broker's tail
+(streaming/spark_kafka.py): compare the two against a Kafka broker. The job's and the plain consumer's
 detectors measure every node's clock, as ``fencewatch run`` and ``replay`` do
 by default; ``--no-measure-clocks`` measures them as before 2026-12-06, when
 this benchmark ran every detector with clocks unmeasured.
@@ -60,7 +66,7 @@ this benchmark ran every detector with clocks unmeasured.
     ``--setup-batch-events`` records a micro-batch: what a cluster's snapshot
     costs when it arrives in many batches instead of a few.
 (f) the floor of the Spark pipeline: (a)'s query with the detection taken
-    out (same source, key, shuffle and stateful-operator framework; the
+    out (the same source as (a)'s run, key, shuffle and stateful-operator framework; the
     operator only turns every value into Python bytes, and a noop sink), on the
     same topic; per-batch rates, phases and CPU cost as in (a).
 (e) the cost of idling: once (a)'s job has read everything, the CPU time of
