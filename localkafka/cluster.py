@@ -4,11 +4,18 @@ watched and broken on purpose.
 Each node is ``kafka.Kafka server.properties`` in a process group of its own,
 with ``-Dkafka.logs.dir`` and its logging configuration (``kafka-server-start.sh``
 passes the same). Its storage is formatted first with ``kafka.tools.StorageTool
-format`` under the cluster's id, as ``kafka-storage.sh`` does. A node's clock
-can be skewed while it runs: nodes named in ``skewable`` start under Debian's
-libfaketime, reading their offset from a file that :meth:`set_clock_offset`
-rewrites (the monotonic clock stays real, so Kafka's timeouts keep their
-length: only wall-clock time, what its logs and records carry, moves).
+format`` under the cluster's id, as ``kafka-storage.sh`` does. A node can be
+(re)started with its clock skewed: :meth:`start_node` with ``clock_offset_seconds``
+runs it under Debian's libfaketime with that fixed offset, as ``faketime -f``
+does. The offset is fixed for the JVM's life and applies to its monotonic clock
+too (a constant offset leaves every duration Kafka measures unchanged): what
+did not work here, with Java 17 and glibc 2.36, was libfaketime's
+``FAKETIME_DONT_FAKE_MONOTONIC=1`` (the README's advice for Java): every
+timed wait of the JVM's own threads then returned at once, and a broker, or
+even ``StorageTool random-uuid``, spun without starting (libfaketime and
+libfaketimeMT alike, with the offset in ``FAKETIME`` or in a
+``FAKETIME_TIMESTAMP_FILE``, cached or not). An offset changed while the JVM
+runs would move its monotonic clock too, so a skew is applied by a restart.
 """
 
 from __future__ import annotations
@@ -93,7 +100,6 @@ class LocalKafkaCluster:
         broker_overrides: dict[str, str] | None = None,
         base_port: int | None = None,
         heap: str = "384m",
-        skewable: Iterable[int] = (),
         startup_timeout_seconds: float = 120.0,
         secure_listener: SecureListener | None = None,
     ) -> None:
@@ -119,12 +125,9 @@ class LocalKafkaCluster:
         )
         self.cluster_id = _kafka_uuid()
         self.heap = heap
-        self.skewable = frozenset(skewable)
-        if self.skewable and not LIBFAKETIME.exists():
-            raise KafkaSetupError(
-                f"a skewed clock needs libfaketime ({LIBFAKETIME} is missing) -- apt-get install faketime"
-            )
         self.startup_timeout_seconds = startup_timeout_seconds
+        # Each node's clock offset from true time, as last started (start_node).
+        self.clock_offsets: dict[int, float] = {}
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._java = java_binary()
         if jars.major >= 4 and java_major_version(self._java) < 17:
@@ -247,11 +250,18 @@ class LocalKafkaCluster:
             raise KafkaSetupError(f"node {node_id} is not running")
         return proc.pid
 
-    def start_node(self, node_id: int, *, wait: bool = True) -> None:
-        """Start node ``node_id`` (again, after a kill or a shutdown)."""
+    def start_node(self, node_id: int, *, wait: bool = True, clock_offset_seconds: float = 0.0) -> None:
+        """Start node ``node_id`` (again, after a kill or a shutdown); with
+        ``clock_offset_seconds``, its clock that far from true time for the
+        JVM's life (libfaketime, as ``faketime -f +Ns`` runs it)."""
         if self.is_running(node_id):
             raise KafkaSetupError(f"node {node_id} is already running")
+        if clock_offset_seconds and not LIBFAKETIME.exists():
+            raise KafkaSetupError(
+                f"a skewed clock needs libfaketime ({LIBFAKETIME} is missing) -- apt-get install faketime"
+            )
         node = self.layout.node(node_id)
+        self.clock_offsets[node_id] = clock_offset_seconds
         node.console_log.parent.mkdir(parents=True, exist_ok=True)
         with open(node.console_log, "ab") as console:
             self._procs[node_id] = subprocess.Popen(
@@ -259,7 +269,7 @@ class LocalKafkaCluster:
                 stdout=console,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self._environment(node),
+                env=self._environment(clock_offset_seconds),
                 preexec_fn=_die_with_parent,
             )
         if wait and not node.is_controller:
@@ -304,13 +314,6 @@ class LocalKafkaCluster:
         controllers through a proxy: ``controller.quorum.voters``)."""
         self.layout.node(node_id).overrides.update(settings)
 
-    def set_clock_offset(self, node_id: int, seconds: float) -> None:
-        """Move node ``node_id``'s wall clock ``seconds`` from true time (it must
-        have been named in ``skewable``); libfaketime reads it within a second."""
-        if node_id not in self.skewable:
-            raise KafkaSetupError(f"node {node_id} was not started with a skewable clock")
-        _clock_file(self.layout.node(node_id)).write_text(f"{seconds:+.3f}\n")
-
     def active_controller(self) -> int | None:
         """The leader the newest epoch among the controllers' quorum-state files names."""
         best: tuple[int, int] | None = None
@@ -348,8 +351,6 @@ class LocalKafkaCluster:
         node.properties_file.write_text(server_properties(self.layout, node))
         name, text = logging_config(self.layout, node)
         (node.directory / name).write_text(text)
-        if node.node_id in self.skewable:
-            _clock_file(node).write_text("+0\n")
 
     def _format(self, node: NodeLayout) -> None:
         args = ["format", "-t", self.cluster_id, "-c", str(node.properties_file)]
@@ -390,18 +391,11 @@ class LocalKafkaCluster:
             command.append(logging_property)
         return [*command, "-cp", self.jars.classpath, main_class, *args]
 
-    def _environment(self, node: NodeLayout) -> dict[str, str]:
+    def _environment(self, clock_offset_seconds: float) -> dict[str, str]:
         env = dict(os.environ)
-        if node.node_id in self.skewable:
-            env.update(
-                {
-                    "LD_PRELOAD": str(LIBFAKETIME),
-                    "FAKETIME_TIMESTAMP_FILE": str(_clock_file(node)),
-                    "FAKETIME_CACHE_DURATION": "1",
-                    "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                    "FAKETIME_DONT_RESET": "1",
-                }
-            )
+        if clock_offset_seconds:
+            # Not FAKETIME_DONT_FAKE_MONOTONIC: with it the JVM spins (module docstring).
+            env.update({"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{clock_offset_seconds:+.3f}"})
         return env
 
     def _signal(self, node_id: int, sig: signal.Signals) -> None:
@@ -418,13 +412,14 @@ class LocalKafkaCluster:
                 )
 
 
-def _clock_file(node: NodeLayout) -> Path:
-    return node.directory / "clock-offset"
-
-
 def _kafka_uuid() -> str:
     """A cluster id as ``kafka-storage.sh random-uuid`` makes it: 16 random bytes,
-    URL-safe base64 without padding (``org.apache.kafka.common.Uuid``)."""
+    URL-safe base64 without padding, never starting with "-", which a command
+    line would take for an option (``org.apache.kafka.common.Uuid.randomUuid``
+    draws again too; ``format -t -x...`` failed here with "expected one argument")."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
