@@ -209,13 +209,15 @@ ALERTS_BODY_NOTE = (
 
 
 def violations_row() -> list[tuple[dict[str, Any], int, int]]:
-    firing = f'fencewatch_alerts_total{{{CLUSTER}, status="firing"}}'
+    # Certain violations; possible ones (detectors.alerts.POSSIBLE) have a panel of their own.
+    firing = f'fencewatch_alerts_total{{{CLUSTER}, status="firing", confidence!="possible"}}'
+    possible = f'fencewatch_alerts_total{{{CLUSTER}, status="firing", confidence="possible"}}'
     return [
         (
             timeseries(
                 "Violations by rule",
-                "New fencing violations per minute, by rule (firing alerts; resolved timer alerts "
-                "are not counted). " + ALERTS_BODY_NOTE,
+                "New certain fencing violations per minute, by rule (firing alerts; resolved timer "
+                "alerts and possible violations are not counted). " + ALERTS_BODY_NOTE,
                 [target(f"60 * sum by (rule) (rate({firing}{RATE}))", "{{rule}}")],
                 unit="suffix: /min",
                 stack=True,
@@ -242,11 +244,27 @@ def violations_row() -> list[tuple[dict[str, Any], int, int]]:
             9,
         ),
         (
+            timeseries(
+                "Possible violations by rule",
+                "New possible violations per minute, by rule: each holds for some clock offsets its "
+                "node's evidence allows, not all (severity info; they page no one). The alert's "
+                "clock_condition says for which offsets; a bound on the node's clock "
+                "(--clock-bound-ms) makes it certain or clears it. " + ALERTS_BODY_NOTE,
+                [target(f"60 * sum by (rule) (rate({possible}{RATE}))", "{{rule}}")],
+                unit="suffix: /min",
+                stack=True,
+                bars=True,
+            ),
+            24,
+            6,
+        ),
+        (
             table(
                 "Alerts raised in range",
-                "How many alerts of each rule each cluster raised during the time range, most first. "
-                + ALERTS_BODY_NOTE,
-                f"sort_desc(sum by (cluster, rule, severity) (increase({firing}{RANGE})) > 0)",
+                "How many alerts of each rule each cluster raised during the time range, most first; "
+                "confidence says certain or possible. " + ALERTS_BODY_NOTE,
+                "sort_desc(sum by (cluster, rule, severity, confidence) "
+                f'(increase(fencewatch_alerts_total{{{CLUSTER}, status="firing"}}{RANGE})) > 0)',
                 rename={"Value": "alerts"},
                 sort_by="alerts",
             ),

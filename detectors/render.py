@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from detectors.alerts import FIRING
+from detectors.alerts import FIRING, POSSIBLE
 
 
 def iso_utc(ts_ms: int) -> str:
@@ -27,13 +27,16 @@ def where(alert: Mapping[str, Any]) -> str:
 
 def alert_line(alert: Mapping[str, Any]) -> str:
     """One human line for an alert (the SPEC section 3 dict):
-    ``[FIRING critical] prod QUORUM_ZOMBIE_LEADER node 3000 at 2025-11-21T10:13:42.358Z: <message>``.
+    ``[FIRING critical] prod QUORUM_ZOMBIE_LEADER node 3000 at 2025-11-21T10:13:42.358Z: <message>``,
+    ``[FIRING info POSSIBLE] ...`` for a possible violation.
 
     The status leads, so a resolution never reads as a second alert; an alert
     without one (written before statuses existed) is firing. Whatever the
     fields hold, the result is one line."""
     status = str(alert.get("status") or FIRING).upper()
-    parts = [f"[{status} {alert['severity']}]", str(alert.get("cluster")), str(alert["rule"])]
+    # A possible violation says so next to its severity (its message carries the condition).
+    possible = " POSSIBLE" if alert.get("confidence") == POSSIBLE else ""
+    parts = [f"[{status} {alert['severity']}{possible}]", str(alert.get("cluster")), str(alert["rule"])]
     if where(alert):
         parts.append(where(alert))
     if alert.get("node") is not None:

@@ -21,7 +21,7 @@ from urllib.parse import unquote_plus
 import orjson
 from plotly.offline import get_plotlyjs
 
-from detectors.alerts import FIRING, RESOLVED, SEVERITIES
+from detectors.alerts import CERTAIN, FIRING, POSSIBLE, POSSIBLE_SEVERITY, RESOLVED, SEVERITIES
 from detectors.render import alert_line, iso_utc
 
 # A replay with thousands of alerts of one rule would make a page no browser
@@ -111,12 +111,17 @@ class IncidentReport:
     grace_ms: int
     max_per_rule: int = DEFAULT_MAX_PER_RULE
     counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (rule, severity, status)
+    # Possible violations per rule (detectors.alerts.POSSIBLE), also counted in ``counts``
+    # under their own severity.
+    possible: Counter[str] = field(default_factory=Counter)
     drawn: dict[str, list[tuple[dict[str, Any], Timeline]]] = field(default_factory=dict)
 
     def add(self, alert: Mapping[str, Any], gather: Callable[[], Timeline]) -> None:
         """Count ``alert``; while its rule is under the cap, keep it with the
         timeline ``gather`` makes (called only then: gathering costs)."""
         rule = str(alert["rule"])
+        if alert.get("confidence") == POSSIBLE:
+            self.possible[rule] += 1
         self.counts[(rule, str(alert["severity"]), str(alert.get("status") or FIRING))] += 1
         drawn = self.drawn.setdefault(rule, [])
         if len(drawn) < self.max_per_rule:
@@ -178,15 +183,20 @@ def _summary_table(report: IncidentReport, rules: Sequence[str]) -> str:
         for severity in sorted({s for r, s, _ in report.counts if r == rule}, key=_severity_rank):
             firing = report.counts[(rule, severity, FIRING)]
             resolved = report.counts[(rule, severity, RESOLVED)]
+            # Possible violations are raised at their own severity (POSSIBLE_SEVERITY).
+            possible = report.possible[rule] if severity == POSSIBLE_SEVERITY else 0
             rows.append(
                 f'<tr data-rule="{_e(rule)}" data-severity="{_e(severity)}">'
                 f'<td><a href="#rule-{_e(rule)}">{_e(rule)}</a></td>'
                 f'<td class="sev {_e(severity)}">{_e(severity)}</td>'
-                f'<td class="firing">{firing}</td><td class="resolved">{resolved}</td></tr>'
+                f'<td class="firing">{firing}</td><td class="possible">{possible}</td>'
+                f'<td class="resolved">{resolved}</td></tr>'
             )
     drawn = sum(len(v) for v in report.drawn.values())
     return (
-        '<table id="summary"><thead><tr><th>rule</th><th>severity</th><th>firing</th><th>resolved</th>'
+        '<table id="summary"><thead><tr><th>rule</th><th>severity</th><th>firing</th>'
+        '<th title="of the firing: possible violations, which hold for some clock offsets the '
+        'evidence allows, not all">possible</th><th>resolved</th>'
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
         f'<p class="drawn">{drawn} timelines drawn.</p>'
     )
@@ -198,14 +208,23 @@ def _severity_rank(severity: str) -> int:
 
 def _alert_section(number: int, alert: Mapping[str, Any], timeline: Timeline) -> str:
     links = " ".join(f'<a href="{_e(url)}">{_e(_link_name(url))}</a>' for url in alert.get("links", ()))
-    figure = _chart(timeline, f"chart-{number}")
+    condition = alert.get("clock_condition") if alert.get("confidence") == POSSIBLE else None
+    text = str(condition.get("text", "")) if isinstance(condition, Mapping) else None
+    figure = _chart(timeline, f"chart-{number}", text)
+    possible = (
+        f'<p class="possible">Possible violation: it {_e(text)}. Not every offset the clock evidence '
+        "allows makes it one; a bound on this node's clock (--clock-bound-ms) may decide it.</p>"
+        if text is not None
+        else ""
+    )
+    confidence = str(alert.get("confidence") or CERTAIN)
     return (
         f'<section class="alert-timeline" data-alert-id="{_e(str(alert["alert_id"]))}" '
-        f'data-rule="{_e(str(alert["rule"]))}">'
+        f'data-rule="{_e(str(alert["rule"]))}" data-confidence="{_e(confidence)}">'
         f'<h3 class="sev {_e(str(alert["severity"]))}">{_e(alert_line(alert))}</h3>'
         f'<p class="meta">{_e(timeline.subject)} · alert {_e(str(alert["alert_id"]))} · detected '
         f"{_e(iso_utc(int(alert['detected_ms'])))} · {_e(timeline.source)} · {links}</p>"
-        f"{figure}{_evidence_table(alert.get('evidence', ()))}</section>"
+        f"{possible}{figure}{_evidence_table(alert.get('evidence', ()))}</section>"
     )
 
 
@@ -244,9 +263,24 @@ def _e(text: str) -> str:
 # every property and cost ~70 ms a chart, 29 s for a report of 415 timelines.
 
 
-def _chart(timeline: Timeline, div_id: str) -> str:
-    """The chart's div and its spec, which _DRAW_WHEN_SEEN hands to plotly.js."""
+def _chart(timeline: Timeline, div_id: str, possible: str | None = None) -> str:
+    """The chart's div and its spec, which _DRAW_WHEN_SEEN hands to plotly.js;
+    ``possible``: a possible violation's condition, written over the chart."""
     data, layout = _figure(timeline)
+    if possible is not None:
+        layout["annotations"].append(
+            {
+                "x": 1.0,
+                "y": 1.0,
+                "xref": "paper",
+                "yref": "paper",
+                "xanchor": "right",
+                "yanchor": "bottom",
+                "showarrow": False,
+                "text": f"POSSIBLE: {possible}",
+                "font": {"size": 11, "color": "#6a1b9a"},
+            }
+        )
     spec = _json({"data": data, "layout": layout, "config": {"displaylogo": False, "responsive": True}})
     return (
         f'<div id="{_e(div_id)}" class="timeline-chart" style="height:{layout["height"]}px"></div>'
@@ -434,6 +468,7 @@ table { border-collapse: collapse; margin: 0.6em 0; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
 #summary td.firing, #summary td.resolved { text-align: right; }
 .sev.critical { color: #b71c1c; } .sev.warning { color: #a15c00; } .sev.info { color: #1a5e9a; }
+.possible { color: #6a1b9a; } section[data-confidence="possible"] h3 { font-style: italic; }
 section.alert-timeline { border-top: 1px solid #ccc; padding-top: 0.6em; margin-top: 1.2em; }
 section.alert-timeline h3 { font-size: 15px; margin: 0.2em 0; }
 .meta { color: #666; font-size: 12px; margin: 0.2em 0; }

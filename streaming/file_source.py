@@ -428,6 +428,9 @@ class _Output:
                     table[key] = table.get(key, 0) + n
             for rule, severity, status, n in snap["alerts"]:
                 total.alerts[(rule, severity, status)] = total.alerts.get((rule, severity, status), 0) + n
+            for rule, severity, status, n in snap.get("possible_alerts", ()):
+                key = (rule, severity, status)
+                total.possible[key] = total.possible.get(key, 0) + n
             total.late += snap["late"]
             total.duplicates += snap["duplicates"]
         if too_large:

@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from detectors import rules
+from detectors.alerts import CERTAIN, POSSIBLE
 from detectors.stats import merge_buckets, split_event_key
 
 BROKER_STATES = ("registered", "fenced", "controlled_shutdown")
@@ -102,8 +103,16 @@ class DetectorCollector(Collector):
         )
         alerts = CounterMetricFamily(
             "fencewatch_alerts",
-            "Alerts raised, by rule, severity and status (firing, or resolved for timer rules)",
-            labels=["cluster", "rule", "severity", "status"],
+            "Alerts raised, by rule, severity, status (firing, or resolved for timer rules) and "
+            "confidence (certain: holds for every clock offset the evidence allows; possible: for some, "
+            "at severity info)",
+            labels=["cluster", "rule", "severity", "status", "confidence"],
+        )
+        bound_contradicted = GaugeMetricFamily(
+            "fencewatch_clock_bound_contradicted",
+            "1 for a node whose clock evidence contradicts the bound given for it (--clock-bound-ms): the "
+            "bound is wrong or the clock broke, and verdicts use the evidence",
+            labels=["cluster", "node"],
         )
         late = CounterMetricFamily(
             "fencewatch_late_events",
@@ -171,7 +180,11 @@ class DetectorCollector(Collector):
             for rule in rules.RULES.values():
                 raised.setdefault((rule.id, rule.severity, "firing"), 0)
             for (rule_id, severity, status), n in sorted(raised.items()):
-                alerts.add_metric([cluster, rule_id, severity, status], n)
+                alerts.add_metric([cluster, rule_id, severity, status, CERTAIN], n)
+            for rule_id, severity, status, n in sorted(snap.get("possible_alerts", ())):
+                alerts.add_metric([cluster, rule_id, severity, status, POSSIBLE], n)
+            for node in sorted(snap.get("clock_bound_contradicted") or {}):
+                bound_contradicted.add_metric([cluster, node], 1)
             late.add_metric([cluster], snap["late"])
             duplicates.add_metric([cluster], snap["duplicates"])
             open_alerts.add_metric(
@@ -192,7 +205,7 @@ class DetectorCollector(Collector):
                 clock_evidence.add_metric([cluster, node], evidence)
         yield from (events, unverified, dead_letters, alerts, late, duplicates, open_alerts, brokers)
         yield from tracked.values()
-        yield from (pending, newest, clock_offset, clock_evidence)
+        yield from (pending, newest, clock_offset, clock_evidence, bound_contradicted)
 
 
 class Metrics:

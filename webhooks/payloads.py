@@ -1,9 +1,12 @@
 """Request bodies for the three webhook formats, built from one SPEC 3 alert dict.
 
-- ``json``: the alert object itself, unchanged.
+- ``json``: the alert object itself, unchanged (``confidence`` and, for a
+  possible violation, ``clock_condition`` included).
 - ``alertmanager``: Alertmanager's webhook payload, version 4, carrying this
   one alert, so receivers written for Alertmanager (PagerDuty, Opsgenie,
-  alertmanager-webhook bridges) take fencewatch alerts as they are.
+  alertmanager-webhook bridges) take fencewatch alerts as they are. A possible
+  violation has the label ``confidence="possible"`` and its condition as the
+  ``clock_condition`` annotation.
 - ``slack``: ``{"text": ...}``, one readable line, for Slack-style incoming webhooks.
 
 The human text (Slack's line, the annotations) is detectors.render.alert_line,
@@ -18,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from detectors.alerts import FIRING, RESOLVED
+from detectors.alerts import FIRING, POSSIBLE, RESOLVED
 from detectors.render import alert_line, iso_utc
 
 # Alertmanager's "not ended" endsAt: Go's zero time.
@@ -47,6 +50,10 @@ def labels(alert: Mapping[str, Any]) -> dict[str, str]:
             out[key] = str(alert[key])
     if alert.get("topic") is None and alert.get("topic_id") is not None:
         out["topic_id"] = str(alert["topic_id"])
+    if alert.get("confidence") == POSSIBLE:
+        # A label of its own, so routes can tell it apart; certain alerts keep
+        # the labels (and fingerprints) they always had.
+        out["confidence"] = POSSIBLE
     return out
 
 
@@ -68,6 +75,9 @@ def alertmanager(alert: Mapping[str, Any], receiver: str, external_url: str = ""
         "description": alert_line(alert),
         "alert_id": str(alert["alert_id"]),
     }
+    condition = alert.get("clock_condition")
+    if alert.get("confidence") == POSSIBLE and isinstance(condition, Mapping):
+        annotations["clock_condition"] = str(condition.get("text", ""))
     if links:
         annotations["links"] = " ".join(links)
     ts_ms = int(alert["ts_ms"])

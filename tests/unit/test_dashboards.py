@@ -109,7 +109,18 @@ def exported_series() -> dict[str, frozenset[str]]:
     offsets = dict(snapshot.get("clock_offsets") or {})
     if not any(offset.get("measured") for offset in offsets.values()):
         offsets["1"] = {"low_ms": -40, "high_ms": 60, "measured": True, "evidence": 3}
-    metrics.detector.update({**snapshot, "clock_offsets": offsets})
+    # Possible violations and contradicted clock bounds are exported where there
+    # are some: one of each, so that their series show their labels.
+    possible = [["STOP_REPLICA_STALE_EPOCH_APPLIED", "info", "firing", 1]]
+    contradicted = {"1": [2900, 3100, 200]}
+    metrics.detector.update(
+        {
+            **snapshot,
+            "clock_offsets": offsets,
+            "possible_alerts": possible,
+            "clock_bound_contradicted": contradicted,
+        }
+    )
     # Labelled metrics export nothing until a child exists: create one of each.
     for metric in vars(metrics).values():
         if isinstance(metric, MetricWrapperBase) and metric._labelnames:
@@ -157,7 +168,7 @@ def test_the_registry_exports_what_the_metrics_module_documents(known_series):
         "fencewatch_clock_offset_evidence",
     ):
         assert name in known_series
-    assert known_series["fencewatch_alerts_total"] >= {"cluster", "rule", "severity", "status"}
+    assert known_series["fencewatch_alerts_total"] >= {"cluster", "rule", "severity", "status", "confidence"}
     assert known_series["fencewatch_clock_offset_seconds"] >= {"cluster", "node", "bound"}
     assert "fencewatch_alerts" not in known_series  # the family name is not a series
     assert "le" in known_series["fencewatch_batch_duration_seconds_bucket"]

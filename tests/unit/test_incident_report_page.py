@@ -187,8 +187,8 @@ def test_the_page_counts_every_alert_and_draws_the_first_of_each_rule():
     assert page.index('data-rule="LEADER_INELIGIBLE_ELECTED" data-severity="critical"') < page.index(
         'data-rule="PRODUCE_STALE_EPOCH_ACCEPTED" data-severity="warning"'
     )
-    assert '<td class="firing">5</td><td class="resolved">0</td>' in page
-    assert '<td class="firing">1</td><td class="resolved">1</td>' in page
+    assert '<td class="firing">5</td><td class="possible">0</td><td class="resolved">0</td>' in page
+    assert '<td class="firing">1</td><td class="possible">0</td><td class="resolved">1</td>' in page
     assert ">KIP-359</a>" in page
 
 

@@ -88,7 +88,13 @@ def test_every_rule_has_a_zero_firing_series_before_its_first_alert():
     for rule in rules.RULES.values():
         key = (
             "fencewatch_alerts_total",
-            (("cluster", "quiet"), ("rule", rule.id), ("severity", rule.severity), ("status", "firing")),
+            (
+                ("cluster", "quiet"),
+                ("confidence", "certain"),
+                ("rule", rule.id),
+                ("severity", rule.severity),
+                ("status", "firing"),
+            ),
         )
         assert scraped[key] == 0, rule.id
 
