@@ -190,10 +190,20 @@ def _record(text: str, position: str, cluster: str, seq: int) -> Envelope | Dead
         body, offset = _body(text)
     except BadRecord as exc:
         return exc.dead_letter(position, text)
+    return record_envelope(body, offset, cluster=cluster, position=position, seq=seq, raw=text)
+
+
+def record_envelope(
+    body: dict[str, Any], offset: int, *, cluster: str, position: str, seq: int, raw: str
+) -> Envelope | DeadLetter:
+    """The envelope of one ``__remote_log_metadata`` record whose ``body`` is
+    read already (from the formatter's line here, from the record's bytes in
+    ``producers.remote_log_metadata_records``): both paths make it here, so
+    that the same record gives the same envelope either way."""
     ts_ms = body["data"]["eventTimestampMs"]
     if not 0 <= ts_ms <= MAX_TS_MS:
         reason = f"eventTimestampMs {ts_ms} is not a time fencewatch can use (0 to {MAX_TS_MS})"
-        return DeadLetter(position, reason, text, kind=DeadLetterClass.NO_TIMESTAMP)
+        return DeadLetter(position, reason, raw, kind=DeadLetterClass.NO_TIMESTAMP)
     obj = {
         "cluster": cluster,
         "node": None,
@@ -202,7 +212,7 @@ def _record(text: str, position: str, cluster: str, seq: int) -> Envelope | Dead
         "offset": offset,
         "body": body,
     }
-    return envelope_or_dead_letter(obj, position, seq, text)
+    return envelope_or_dead_letter(obj, position, seq, raw)
 
 
 def _body(text: str) -> tuple[dict[str, Any], int]:

@@ -8,6 +8,8 @@
         --cluster prod-eu-1 --node 3000 /var/lib/kafka/__cluster_metadata-0
     fencewatch ship metadata-log --bootstrap-servers kafka:9092 --topic fencewatch-events \\
         --cluster prod-eu-1 /var/lib/kafka/__cluster_metadata-0
+    fencewatch ship remote-log-metadata --bootstrap-servers kafka:9092 --topic fencewatch-events \\
+        --cluster prod-eu-1 --from-topic --source-bootstrap-servers prod-eu-1-kafka:9092
 
 This module parses the command line and wires each format's shipper, which
 lives with the other producers. ``request-log`` follows the file like
@@ -15,7 +17,11 @@ lives with the other producers. ``request-log`` follows the file like
 :mod:`producers.tail`; :mod:`producers.request_log_shipper` publishes) until
 SIGTERM/SIGINT, or with ``--once`` reads to the current end and exits.
 ``metadata-dump`` and ``remote-log-metadata`` publish their files once and exit
-(:mod:`producers.dump_shipper`). ``quorum-state`` watches a controller's
+(:mod:`producers.dump_shipper`); ``remote-log-metadata --from-topic`` instead
+reads the watched cluster's ``__remote_log_metadata`` itself, decoding each
+record's bytes (:mod:`producers.remote_log_metadata_topic`), remembering its
+position per partition like the following shippers, until SIGTERM/SIGINT or,
+with ``--once``, to the topic's end. ``quorum-state`` watches a controller's
 quorum-state file (:mod:`producers.quorum_state_shipper`) until SIGTERM/SIGINT,
 or with ``--once`` publishes the current state and exits. ``metadata-log``
 follows a live ``__cluster_metadata-0`` directory (wired in
@@ -83,6 +89,9 @@ STATE_SUFFIX = ".fencewatch-offset"
 BOOTSTRAP_ENV = "FENCEWATCH_BOOTSTRAP_SERVERS"
 TOPIC_ENV = "FENCEWATCH_TOPIC"
 DEAD_LETTER_TOPIC_ENV = "FENCEWATCH_DEAD_LETTER_TOPIC"
+SOURCE_BOOTSTRAP_ENV = "FENCEWATCH_SOURCE_BOOTSTRAP_SERVERS"
+SOURCE_SASL_PASSWORD_ENV = "FENCEWATCH_SOURCE_SASL_PASSWORD"
+REMOTE_TOPIC_STATE_FILE = "remote-log-metadata.fencewatch-offset"
 _MAX_NODE_ID = 2147483647
 _MAX_CLUSTER_CHARS = 249
 
@@ -136,8 +145,13 @@ def publisher_from_args(args: argparse.Namespace, *, dead_letter_topic: str | No
     )
 
 
-def open_publisher(publisher: KafkaPublisher, prog: str) -> bool:
-    """Create the producer so bad settings fail before any input is read; report and return False."""
+def open_publisher(publisher: KafkaPublisher, prog: str, args: argparse.Namespace | None = None) -> bool:
+    """Create the producer so bad settings fail before any input is read; report and return False.
+
+    With ``args``, also ask the brokers once: a listener that refuses the
+    client's settings (credentials, an untrusted certificate, TLS on one side
+    only) ends the command in one line, as no retry can mend it; brokers that
+    do not answer are waited for, the publisher saying so once."""
     from confluent_kafka import KafkaException
 
     try:
@@ -145,6 +159,13 @@ def open_publisher(publisher: KafkaPublisher, prog: str) -> bool:
     except (KafkaException, ValueError, TypeError) as exc:
         print(f"{prog}: invalid Kafka settings: {exc}", file=sys.stderr)
         return False
+    if args is not None:
+        from fencewatch.kafka_preflight import check_kafka, kafka_settings
+
+        settings = kafka_settings(prog, args.kafka_config)
+        check_kafka(
+            prog, args.bootstrap_servers, settings, args.topic, topic_must_exist=False, must_reach=False
+        )
     return True
 
 
@@ -231,15 +252,55 @@ def add_parser(subparsers: Any) -> None:
     remote = formats.add_parser(
         REMOTE_LOG_METADATA,
         help="publish __remote_log_metadata as kafka-console-consumer.sh prints it",
-        description="Publish __remote_log_metadata records as kafka-console-consumer.sh prints them "
-        "with --formatter 'org.apache.kafka.server.log.remote.metadata.storage.serialization."
-        "RemoteLogMetadataSerde$RemoteLogMetadataFormatter'. Files are read to their end; stdin is "
-        "followed for as long as the consumer piped into it runs. Nothing is saved between runs: "
-        "started again from the beginning, it repeats records, which the detector drops as "
-        "duplicates (they carry their own event time).",
+        description="Publish __remote_log_metadata records, read from the watched cluster's topic "
+        "itself (--from-topic: each record's bytes decoded with Kafka's own schemas, the position per "
+        "partition saved once delivered, so a restart repeats nothing confirmed), or as "
+        "kafka-console-consumer.sh prints them with --formatter 'org.apache.kafka.server.log.remote."
+        "metadata.storage.serialization.RemoteLogMetadataSerde$RemoteLogMetadataFormatter' (FILE "
+        "arguments: read to their end; stdin is followed for as long as the consumer piped into it "
+        "runs; nothing is saved between runs, and records repeated are dropped by the detector as "
+        "duplicates).",
+        epilog="Exit codes: 0 done (files read, --once at the topic's end, or stopped by SIGTERM/SIGINT), "
+        "1 an input, the watched cluster or the state file cannot be used or records could not be "
+        "delivered, 2 usage error.",
     )
     _add_common(remote)
-    remote.add_argument("files", nargs="+", metavar="FILE", help="formatter output files; '-' is stdin")
+    source = remote.add_argument_group("the watched cluster (--from-topic)")
+    source.add_argument(
+        "--from-topic",
+        action="store_true",
+        help="read __remote_log_metadata from the watched cluster instead of formatter output files",
+    )
+    source.add_argument(
+        "--source-bootstrap-servers",
+        metavar="HOSTS",
+        default=os.environ.get(SOURCE_BOOTSTRAP_ENV),
+        help=f"the watched cluster's brokers host:port[,host:port...] (env {SOURCE_BOOTSTRAP_ENV})",
+    )
+    source.add_argument(
+        "--source-kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka consumer setting for the watched cluster, repeatable (TLS/SASL: "
+        "security.protocol, ssl.ca.location, sasl.mechanism, sasl.username, ...); the SASL password "
+        f"may come from env {SOURCE_SASL_PASSWORD_ENV} instead; secrets are never printed",
+    )
+    source.add_argument(
+        "--state-file",
+        metavar="PATH",
+        help="where to keep the next offset of each partition (default: "
+        f"./{REMOTE_TOPIC_STATE_FILE} in the current directory)",
+    )
+    source.add_argument(
+        "--once", action="store_true", help="read to the topic's end as it is at start, then exit"
+    )
+    remote.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="formatter output files; '-' is stdin (not with --from-topic)",
+    )
 
     quorum = formats.add_parser(
         QUORUM_STATE,
@@ -342,6 +403,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--flush-timeout must be positive and --status-interval non-negative"
     if args.format in (REQUEST_LOG, QUORUM_STATE, METADATA_LOG) and args.poll_interval <= 0:
         return "--poll-interval must be positive"
+    if args.format == REMOTE_LOG_METADATA:
+        return _remote_source_problem(args)
     if args.format == REQUEST_LOG:
         try:
             ZoneInfo(args.tz)
@@ -372,6 +435,8 @@ def run(args: argparse.Namespace) -> int:
         from fencewatch.ship_metadata_log import run as run_metadata_log
 
         return run_metadata_log(args, publisher, prog)
+    if args.format == REMOTE_LOG_METADATA and args.from_topic:
+        return _run_remote_topic(args, publisher, prog)
     return _run_stream(args, publisher, prog)
 
 
@@ -419,7 +484,7 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
     if args.once and start is None and not os.path.exists(args.file):
         print(f"{prog}: cannot open {args.file}: no such file -- check the path", file=sys.stderr)
         return 1
-    if not open_publisher(publisher, prog):
+    if not open_publisher(publisher, prog, args):
         return 1
     shipper = RequestLogShipper(
         publisher,
@@ -519,7 +584,7 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
                 file=sys.stderr,
             )
             return 1
-        if not open_publisher(publisher, prog):
+        if not open_publisher(publisher, prog, args):
             return 1
         shipper = DumpShipper(
             publisher,
@@ -559,6 +624,77 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
     return 130 if shipper.stopped else 0
 
 
+# -- remote-log-metadata --from-topic ------------------------------------------------
+
+
+def _remote_source_problem(args: argparse.Namespace) -> str | None:
+    if not args.from_topic:
+        unused = [
+            option
+            for option, given in (
+                ("--source-kafka-config", args.source_kafka_config),
+                ("--state-file", args.state_file),
+                ("--once", args.once),
+            )
+            if given
+        ]
+        if unused:
+            return f"{', '.join(unused)} only apply with --from-topic"
+        return None if args.files else "give formatter output FILEs, or --from-topic"
+    if args.files:
+        return "--from-topic reads the topic: give no FILE"
+    if not args.source_bootstrap_servers:
+        return f"--from-topic needs --source-bootstrap-servers (or set {SOURCE_BOOTSTRAP_ENV})"
+    try:
+        parse_config_pairs(args.source_kafka_config)
+    except ValueError as exc:
+        return str(exc).replace("--kafka-config", "--source-kafka-config")
+    return None
+
+
+def _run_remote_topic(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
+    # Imported here: only this input needs kafka-python's schema loader.
+    from producers.remote_log_metadata_topic import TopicReader, TopicShipper, TopicState
+
+    state = TopicState(args.state_file or REMOTE_TOPIC_STATE_FILE)
+    usable, saved = load_state(prog, state)
+    if not usable:
+        return 1
+    if saved is not None:
+        state.cluster_id = saved[0]
+    config: dict[str, Any] = {
+        "bootstrap.servers": args.source_bootstrap_servers,
+        **parse_config_pairs(args.source_kafka_config),
+    }
+    if "sasl.password" not in config and os.environ.get(SOURCE_SASL_PASSWORD_ENV):
+        config["sasl.password"] = os.environ[SOURCE_SASL_PASSWORD_ENV]
+    if not open_publisher(publisher, prog, args):
+        return 1
+    shipper = TopicShipper(
+        publisher,
+        state,
+        cluster=args.cluster,
+        status_interval_seconds=args.status_interval,
+        flush_timeout_seconds=args.flush_timeout,
+        status=_say,
+    )
+    reader = TopicReader(
+        config,
+        start=saved[1] if saved else None,
+        expected_cluster_id=saved[0] if saved else None,
+        once=args.once,
+        on_idle=shipper.on_idle,
+    )
+
+    return _ship_until_stopped(
+        prog,
+        lambda: shipper.run(reader),
+        reader.stop,
+        shipper.summary,
+        undelivered_note=f"; state kept at the last confirmed position in {state.path}",
+    )
+
+
 # -- quorum-state --------------------------------------------------------------------
 
 
@@ -569,7 +705,7 @@ def _run_quorum_state(args: argparse.Namespace, publisher: KafkaPublisher, prog:
     elif args.once:
         print(f"{prog}: cannot open {path}: no such file -- check the path", file=sys.stderr)
         return 1
-    if not open_publisher(publisher, prog):
+    if not open_publisher(publisher, prog, args):
         return 1
     shipper = QuorumStateShipper(
         publisher,
