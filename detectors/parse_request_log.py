@@ -78,6 +78,9 @@ class RequestLogStats:
     ``continuation_lines`` counts the record lines after each entry's first
     (an entry wrapped over several lines, or the skipped rest of one too large),
     so ``record_lines == records + dead_letters + continuation_lines``.
+    ``records_by_api`` counts the records by API name (Kafka's
+    ``requestApiKeyName``, else ``API key N``, else ``no API`` for an entry
+    whose header names none), so it sums to ``records``.
     """
 
     lines: int = 0
@@ -88,7 +91,14 @@ class RequestLogStats:
     blank_lines: int = 0
     unrecognised_lines: int = 0
     unread_by_api: dict[str, int] = field(default_factory=dict)
+    # A breakdown of ``records``, left out of equality as the other totals' parts are.
+    records_by_api: dict[str, int] = field(default_factory=dict, compare=False)
     bridges: int = 0
+
+    def count_record(self, env: Envelope) -> None:
+        name = api_name(env)
+        self.records += 1
+        self.records_by_api[name] = self.records_by_api.get(name, 0) + 1
 
     @property
     def unread(self) -> int:
@@ -280,7 +290,7 @@ def _parse(
             return
         seq += 1
         if apis is None:
-            counts.records += 1
+            counts.count_record(item)
             yield item
             return
         yield from bridge.before(item.ts_ms)
@@ -289,7 +299,7 @@ def _parse(
             bridge.leave_out(item, unread)
             return
         bridge.given(item.ts_ms)
-        counts.records += 1
+        counts.count_record(item)
         yield item
 
     def too_large(entry: _Pending, last_line: int) -> DeadLetter:
@@ -392,7 +402,7 @@ class _Bridge:
         counts.unread_by_api[api] -= 1
         if not counts.unread_by_api[api]:
             del counts.unread_by_api[api]
-        counts.records += 1
+        counts.count_record(env)
         counts.bridges += 1
         self.given(env.ts_ms)
         yield env
@@ -424,16 +434,28 @@ def unread_account(unread_by_api: Mapping[str, int], bridges: int) -> str:
 
 
 def _unread_api(env: Envelope, apis: Collection[int]) -> str | None:
-    """The API name of an entry whose API is not in ``apis`` (Kafka's
-    ``requestApiKeyName``, else ``API key N``); None for an entry to keep."""
+    """The API name of an entry whose API is not in ``apis`` (:func:`api_name`);
+    None for an entry to keep."""
     try:
         api_key = header(env.body).api_key
     except BadRecord:
         return None
     if api_key in apis:
         return None
-    name = env.body["requestHeader"].get("requestApiKeyName")
-    return name if isinstance(name, str) and name else f"API key {api_key}"
+    return api_name(env)
+
+
+def api_name(env: Envelope) -> str:
+    """An entry's API as Kafka names it (``requestApiKeyName``), else ``API key
+    N``, else ``no API`` (a header without a key: the detector dead-letters it)."""
+    request_header = env.body.get("requestHeader")
+    name = request_header.get("requestApiKeyName") if isinstance(request_header, dict) else None
+    if isinstance(name, str) and name:
+        return name
+    try:
+        return f"API key {header(env.body).api_key}"
+    except BadRecord:
+        return "no API"
 
 
 def _build(

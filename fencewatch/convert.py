@@ -423,7 +423,13 @@ def _summary(fmt: str, files: int, stats: Stats) -> str:
             + (f" ({by_version})" if by_version else "")
             + f", {stats.dead_letters} dead letters"
         )
-    by_form = by_name(stats.records_by_type) if isinstance(stats, RemoteLogMetadataStats) else ""
+    by_form = (
+        by_name(stats.records_by_type)
+        if isinstance(stats, RemoteLogMetadataStats)
+        else by_name(stats.records_by_api)
+        if isinstance(stats, RequestLogStats)
+        else ""
+    )
     head = (
         f"fencewatch convert {fmt}: {files} file(s), {stats.lines} lines: "
         f"{stats.records} records{by_form}, {stats.dead_letters} dead letters"

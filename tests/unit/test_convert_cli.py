@@ -52,7 +52,8 @@ def test_request_log_to_envelope_jsonl(main, capsys):
     assert first.startswith('{"body":') and first.endswith(',"ts_ms":1795169702345}')
     # Every one of the 19 lines is accounted for: 4 + 0 + 10 + 5 + 0 + 0.
     assert err.strip() == (
-        "fencewatch convert request-log: 1 file(s), 19 lines: 4 records, 0 dead letters, "
+        "fencewatch convert request-log: 1 file(s), 19 lines: 4 records "
+        "(ALTER_PARTITION=1, FETCH=1, PRODUCE=1, STOP_REPLICA=1), 0 dead letters, "
         "10 continuation lines of multi-line entries; skipped: 5 other-logger lines, 0 blank lines, "
         "0 lines before any log4j entry"
     )
@@ -104,7 +105,7 @@ def test_dead_letters_go_to_the_dead_letter_file(main, capsys, tmp_path):
     assert "malformed request JSON" in letters[0]["reason"]
     assert "not UTF-8" in letters[1]["reason"]
     assert letters[0]["raw"].endswith('{"a":1,,} (kafka.request.logger)')
-    assert "1 records, 2 dead letters" in err
+    assert "1 records (no API=1), 2 dead letters" in err
     assert '"position"' not in err  # they went to the file, not stderr
 
 
@@ -228,7 +229,7 @@ def test_runs_as_a_subprocess():
     assert len(envelopes(result.stdout.decode())) == 4
     err = result.stderr.decode()
     assert '"position":"stdin:20"' in err and "not UTF-8" in err
-    assert "4 records, 1 dead letters" in err
+    assert "4 records (ALTER_PARTITION=1, FETCH=1, PRODUCE=1, STOP_REPLICA=1), 1 dead letters" in err
 
 
 # --- an input of another kind -------------------------------------------------

@@ -159,7 +159,7 @@ def test_convert_request_log(converted):
     run = converted.request
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == (
-        "fencewatch convert request-log: 1 file(s), 7 lines: 5 records, 0 dead letters, "
+        "fencewatch convert request-log: 1 file(s), 7 lines: 5 records (FETCH=2, PRODUCE=3), 0 dead letters, "
         "0 continuation lines of multi-line entries; skipped: 2 other-logger lines, 0 blank lines, "
         "0 lines before any log4j entry"
     )
