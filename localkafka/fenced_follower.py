@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from localkafka.cluster import LocalKafkaCluster
@@ -107,7 +107,7 @@ def run_fenced_follower(
         run.cut_started_ms = _now_ms()
         proxy.drop_heartbeats(True)
         deadline = time.monotonic() + _FENCE_TIMEOUT_SECONDS
-        while cut in cluster.live_brokers():
+        while not _fenced(cluster, cut):
             if time.monotonic() > deadline:
                 raise KafkaSetupError(
                     f"broker {cut} was not fenced within {_FENCE_TIMEOUT_SECONDS:.0f} s of its heartbeats "
@@ -120,7 +120,7 @@ def run_fenced_follower(
         while time.monotonic() < until:
             run.records_produced += _produce(producer, 50)
             isrs = _isrs(admin)
-            if cut not in cluster.live_brokers():
+            if _fenced(cluster, cut):
                 for partition, isr in sorted(isrs.items()):
                     if cut in isr and partition not in run.isr_with_fenced:
                         run.isr_with_fenced[partition] = isr
@@ -176,6 +176,13 @@ class _ProxiedCluster:
             self.proxy.close()
 
 
+def _fenced(cluster: LocalKafkaCluster, broker: int) -> bool:
+    """Whether the cluster's metadata lists ``broker`` as not alive now; a
+    description that failed (no broker listed at all) says nothing."""
+    live = cluster.live_brokers()
+    return bool(live) and broker not in live
+
+
 def _produce(producer: Producer, count: int) -> int:
     for i in range(count):
         producer.produce(TOPIC, key=str(i % 97).encode(), value=b"x" * 100)
@@ -184,7 +191,12 @@ def _produce(producer: Producer, count: int) -> int:
 
 
 def _isrs(admin: AdminClient) -> dict[int, list[int]]:
-    topic = admin.list_topics(TOPIC, timeout=5).topics[TOPIC]
+    """Partition -> ISR as the cluster's metadata describes them; empty when
+    no broker answered in time (a loaded machine), which says nothing."""
+    try:
+        topic = admin.list_topics(TOPIC, timeout=5).topics[TOPIC]
+    except KafkaException:
+        return {}
     return {p.id: sorted(p.isrs) for p in topic.partitions.values()}
 
 
