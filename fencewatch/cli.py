@@ -27,6 +27,7 @@ COMMANDS = {
     "probe": "fencewatch.probe",
     "receive-webhooks": "fencewatch.receive_webhooks",
     "webhooks": "fencewatch.webhooks",
+    "kafka-lab": "fencewatch.kafka_lab",
 }
 
 OUR_PACKAGES = ("fencewatch", "streaming", "producers", "detectors")

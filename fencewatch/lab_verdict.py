@@ -1,0 +1,211 @@
+"""After a lab run: the cluster's own files judged offline, and the view
+checked against what Kafka itself says.
+
+- :func:`convert_native` reads every node's request log, one controller's
+  ``__cluster_metadata-0`` and every controller's ``quorum-state`` with the
+  parsers ``fencewatch convert`` uses, writes the envelope JSONL files
+  ``fencewatch replay`` takes, and keeps each request log's account: its
+  entries by API, those no rule reads, and its dead letters.
+- :func:`judge` runs the detector over those files as ``fencewatch replay``
+  does (merged by time, the commands' default settings, clocks measured).
+- :func:`kafka_leader_epochs` asks a broker's Metadata API (v7+ carries each
+  partition's leader epoch; Admin's describeTopics does not) and
+  :func:`compare_epochs` sets it against the view's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detectors.clocks import ClockInterval
+from detectors.config import DetectorConfig
+from detectors.engine import Detector
+from detectors.envelope import DeadLetter, Envelope, dumps
+from detectors.merge import merge_sources
+from detectors.parse_quorum_state import QuorumStateStats
+from detectors.parse_request_log import RequestLogStats
+from detectors.sources import EnvelopeLineStats, read_envelopes
+from fencewatch.convert import parse_input
+from localkafka.cluster import LocalKafkaCluster
+from producers.metadata_log import MetadataLogStats, iter_metadata_log_file
+
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class Converted:
+    """The envelope files of a run, and what became of every input."""
+
+    files: list[Path] = field(default_factory=list)
+    request_logs: dict[int, RequestLogStats] = field(default_factory=dict)
+    metadata: MetadataLogStats = field(default_factory=MetadataLogStats)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+
+
+def convert_native(cluster: LocalKafkaCluster, out_dir: Path, cluster_name: str) -> Converted:
+    """Every file the lab ships, converted to envelope JSONL under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = Converted()
+    for node in cluster.layout.nodes:
+        stats = RequestLogStats()
+        target = out_dir / f"request-log-{node.node_id}.jsonl"
+        with open(node.request_log, "rb") as stream:
+            items = parse_input(
+                stream,
+                stats,
+                source=str(node.request_log),
+                cluster=cluster_name,
+                node=node.node_id,
+                max_record_bytes=MAX_RECORD_BYTES,
+            )
+            _write(items, target, done)
+        done.request_logs[node.node_id] = stats
+    first = cluster.controllers[0]
+    # From the log's start: the bootstrap snapshot and every segment (the lab's
+    # metadata log keeps them all: retention is days).
+    files = sorted(first.metadata_dir.glob("00000000000000000000-0000000000.checkpoint")) + sorted(
+        first.metadata_dir.glob("*.log")
+    )
+    target = out_dir / f"metadata-log-{first.node_id}.jsonl"
+    items_of_all = (
+        item
+        for name in files
+        for item in iter_metadata_log_file(
+            str(name),
+            cluster=cluster_name,
+            node=first.node_id,
+            stats=done.metadata,
+            max_batch_bytes=MAX_RECORD_BYTES,
+        )
+    )
+    _write(items_of_all, target, done)
+    for controller in cluster.controllers:
+        target = out_dir / f"quorum-state-{controller.node_id}.jsonl"
+        with open(controller.quorum_state, "rb") as stream:
+            items = parse_input(
+                stream,
+                QuorumStateStats(),
+                source=str(controller.quorum_state),
+                cluster=cluster_name,
+                node=controller.node_id,
+                max_record_bytes=MAX_RECORD_BYTES,
+            )
+            _write(items, target, done)
+    return done
+
+
+def _write(items: Any, target: Path, done: Converted) -> None:
+    with open(target, "w") as out:
+        for item in items:
+            if isinstance(item, Envelope):
+                out.write(dumps(item.to_dict()) + "\n")
+            elif isinstance(item, DeadLetter):
+                done.dead_letters.append(item.to_dict())
+    done.files.append(target)
+
+
+def replay_config() -> DetectorConfig:
+    """The detector settings ``fencewatch replay`` and ``run`` use by default."""
+    from fencewatch.cli import build_parser
+    from fencewatch.options import detector_config
+
+    return detector_config(build_parser("replay").parse_args(["replay", "-"]))
+
+
+@dataclass
+class Judged:
+    detector: Detector
+    alerts: list[dict[str, Any]]
+    dead_letters: list[dict[str, Any]]
+
+
+def judge(files: list[Path], config: DetectorConfig) -> Judged:
+    """Every envelope of ``files``, merged by time and judged, as ``fencewatch replay`` does."""
+    detector = Detector(config)
+    alerts: list[dict[str, Any]] = []
+    dead: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        streams = [
+            read_envelopes(
+                stack.enter_context(open(path, "rb")), str(path), None, MAX_RECORD_BYTES, EnvelopeLineStats()
+            )
+            for path in files
+        ]
+        for item in merge_sources(streams, config.lateness_ms, config.clock_limit_ms):
+            if isinstance(item, DeadLetter):
+                detector.dead_letter(item)
+                dead.append(item.to_dict())
+                continue
+            dead.extend(letter.to_dict() for letter in detector.ingest(item))
+            alerts.extend(alert.to_dict() for alert in detector.drain())
+        dead.extend(letter.to_dict() for letter in detector.flush())
+        alerts.extend(alert.to_dict() for alert in detector.drain())
+    return Judged(detector, alerts, dead)
+
+
+def measured_clocks(detector: Detector, cluster_name: str) -> dict[int, ClockInterval]:
+    """Each node's clock offset to the metadata log's, as replay prints it."""
+    state = detector.clusters.get(cluster_name)
+    if state is None:
+        return {}
+    return state.clocks.measured_nodes(state.metadata_clock.shift_ms)
+
+
+PartitionEpochs = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> (leader, leader epoch)
+
+
+def view_leader_epochs(detector: Detector, cluster_name: str) -> PartitionEpochs:
+    """The leader and leader epoch the view derived for every partition of every
+    topic not deleted."""
+    state = detector.clusters.get(cluster_name)
+    if state is None:
+        return {}
+    view = state.view
+    out: PartitionEpochs = {}
+    for key, topic in view.topics.items():
+        if topic.deleted_ms is not None:
+            continue
+        for index in range(topic.partition_count):
+            history = view.partition((key, index))
+            if history is not None:
+                out[(topic.name, index)] = (history.latest.leader, history.latest.leader_epoch)
+    return out
+
+
+def kafka_leader_epochs(bootstrap_servers: str) -> PartitionEpochs:
+    """The leader and leader epoch of every partition, from a broker's Metadata
+    response (its metadata cache: what Kafka's clients are told)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=30_000)
+    try:
+        topics = admin.describe_topics()
+    finally:
+        admin.close()
+    out: PartitionEpochs = {}
+    for topic in topics:
+        for part in topic["partitions"]:
+            out[(topic["name"], int(part["partition_index"]))] = (
+                int(part["leader_id"]),
+                int(part["leader_epoch"]),
+            )
+    return out
+
+
+@dataclass
+class EpochComparison:
+    compared: int
+    # (topic, partition, the view's (leader, epoch) or None, Kafka's or None)
+    differences: list[tuple[str, int, tuple[int, int] | None, tuple[int, int] | None]]
+
+
+def compare_epochs(view: PartitionEpochs, kafka: PartitionEpochs) -> EpochComparison:
+    differences = [
+        (topic, partition, view.get((topic, partition)), kafka.get((topic, partition)))
+        for topic, partition in sorted(set(view) | set(kafka))
+        if view.get((topic, partition)) != kafka.get((topic, partition))
+    ]
+    return EpochComparison(len(set(view) | set(kafka)), differences)
