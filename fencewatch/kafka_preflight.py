@@ -1,7 +1,9 @@
 """Before a command starts Spark or publishes: can it reach Kafka, and does
 the topic exist? A problem ends the command in one line that names the cause
 and what to do (``fencewatch.options.fail``), instead of a minute of client
-retries and a Spark stack trace."""
+retries and a Spark stack trace. A listener that refuses the client's settings
+is named for what it refused: the SASL credentials, a certificate the client
+does not trust (ssl.ca.location), or a plaintext client on a TLS listener."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any, NoReturn
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from fencewatch.listener_tls import tls_listener
 from fencewatch.options import fail
 from producers.client_errors import ClientErrors
 from producers.kafka_publisher import parse_config_pairs, with_env_password
@@ -39,14 +42,19 @@ def check_kafka(
     prog: str,
     bootstrap_servers: str,
     config: Mapping[str, str],
-    topic: str,
+    topic: str | None,
     *,
     topic_must_exist: bool = True,
+    must_reach: bool = True,
     timeout_seconds: float = CHECK_TIMEOUT_SECONDS,
 ) -> None:
     """Return once a broker of ``bootstrap_servers`` answers a metadata request
-    for ``topic`` (and, with ``topic_must_exist``, the topic exists); else end
-    the command with one line."""
+    for ``topic`` (None: for none in particular; with ``topic_must_exist``, the
+    topic exists); else end the command with one line.
+
+    must_reach: False lets a command go on while no broker answers (a shipper
+    waits for its brokers), unless the listener refuses the client's settings:
+    credentials, a certificate it does not trust, TLS spoken one side only."""
     errors = ClientErrors()
     settings: dict[str, Any] = {
         **config,
@@ -73,7 +81,14 @@ def check_kafka(
         except KafkaException:
             admin.poll(0)  # serve error_cb and the log lines
             if errors.refused or errors.brokers_down or time.monotonic() >= deadline:
+                refused = _refused(bootstrap_servers, config, errors)
+                if refused is not None:
+                    fail(prog, *refused)
+                if not must_reach:
+                    return
                 _unreachable(prog, bootstrap_servers, errors, timeout_seconds)
+    if topic is None:
+        return
     found = metadata.topics.get(topic)
     error = None if found is None else found.error
     if found is None or (error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
@@ -93,22 +108,44 @@ def check_kafka(
         )
 
 
-def _unreachable(prog: str, bootstrap_servers: str, errors: ClientErrors, timeout_seconds: float) -> NoReturn:
-    cause = errors.cause() or f"no answer within {timeout_seconds:g}s"
+def _refused(
+    bootstrap_servers: str, config: Mapping[str, str], errors: ClientErrors
+) -> tuple[str, str] | None:
+    """(what, what to do) when the listener answered and refused the client's
+    settings; None when no broker answered at all."""
+    cause = errors.cause() or ""
     if errors.refused:
-        fail(
-            prog,
+        return (
             f"Kafka at {bootstrap_servers} refused the client: {cause}",
             "check sasl.mechanism and sasl.username (--kafka-config) and the password "
             "(sasl.password, or env FENCEWATCH_KAFKA_SASL_PASSWORD)",
         )
+    if "certificate verify failed" in cause:
+        return (
+            f"Kafka at {bootstrap_servers} presented a certificate the client does not trust: {cause}",
+            "set ssl.ca.location (--kafka-config) to the CA that signed the brokers' certificates",
+        )
     if "_SSL" in errors.errors or "SSL" in cause:
-        fail(
-            prog,
+        return (
             f"TLS with Kafka at {bootstrap_servers} failed: {cause}",
             "check that security.protocol (--kafka-config) matches the broker's listener "
             "(SSL or PLAINTEXT) and that ssl.ca.location names its CA",
         )
+    protocol = config.get("security.protocol", "PLAINTEXT").upper()
+    if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and "_RESOLVE" not in errors.errors:
+        listener = tls_listener(bootstrap_servers)
+        if listener is not None:
+            return (
+                f"Kafka at {bootstrap_servers} speaks TLS ({listener} completed a TLS handshake), but the "
+                f"client connects in plaintext (security.protocol={protocol})",
+                "set security.protocol=SASL_SSL or SSL, as the listener expects, and ssl.ca.location to "
+                "the CA that signed the brokers' certificates (--kafka-config)",
+            )
+    return None
+
+
+def _unreachable(prog: str, bootstrap_servers: str, errors: ClientErrors, timeout_seconds: float) -> NoReturn:
+    cause = errors.cause() or f"no answer within {timeout_seconds:g}s"
     if "_RESOLVE" in errors.errors:
         fail(
             prog,

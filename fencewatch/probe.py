@@ -229,11 +229,20 @@ def _client(
     )
 
 
-def _connect(prog: str, client: ProbeClient) -> None:
+def _connect(prog: str, client: ProbeClient, settings: Mapping[str, str]) -> None:
     try:
         client.connect()
     except ClusterRefused as exc:
         client.close()
+        # kafka-python's bootstrap (3.0.12) retries every failure until its deadline
+        # and says only that it ran out; the broker's SCRAM refusal it never sees
+        # (its transport drops bytes read together with the end of the stream, and
+        # the broker closes right after the refusal). The same settings through
+        # librdkafka name what the listener refused: credentials, an untrusted
+        # certificate, a plaintext client on a TLS listener.
+        from fencewatch.kafka_preflight import check_kafka
+
+        check_kafka(prog, client.bootstrap_servers, settings, None, must_reach=False)
         fail(
             prog,
             f"cannot probe Kafka at {client.bootstrap_servers}: {exc}",
@@ -302,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
             # A canary is stopped by SIGTERM (orchestrators) or Ctrl-C: either ends it
             # between rounds, the sinks closed, with Ctrl-C's exit code.
             stack.enter_context(signals_set(stop))
-        _connect(prog, client)
+        _connect(prog, client, settings)
         stack.callback(client.close)
         obs = stack.enter_context(observability(args, ".", prog, job=False))
         topic = (
@@ -345,7 +354,7 @@ def beside_job(
     from streaming.sinks import TopicSink
 
     client = _client(prog, args.bootstrap_servers, settings, args, "probe_")
-    _connect(prog, client)
+    _connect(prog, client, settings)
     sinks = AlertSinks(console, TopicSink(args.bootstrap_servers, args.alerts_topic, settings), webhooks)
     service = ProbeService(_prober(client, args, "probe_"), sinks, metrics)
     stop = threading.Event()

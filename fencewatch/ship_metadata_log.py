@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
     usable, start = load_state(prog, state)
     if not usable:
         return 1
-    if not open_publisher(publisher, prog):
+    if not open_publisher(publisher, prog, args):
         return 1
     stats = MetadataLogStats()
     shipper = MetadataLogShipper(
