@@ -283,10 +283,10 @@ class ClusterState:
         verdict was lost silently where evidence is thin: one broker's request
         log in an incident, its interval seconds wide."""
         interval = self.clock(env) if self.measures_clocks and env.kind == "request" else ASSUMED
-        low, high = math.ceil(interval.low_ms), math.floor(interval.high_ms)
-        if not interval.measured or not 0 < interval.width_ms <= self.config.clock_limit_ms or low >= high:
-            judgment()
+        if not interval.measured or not 0 < interval.width_ms <= self.config.clock_limit_ms:
+            judgment()  # one offset, or none placed (clock uncertain): nothing to look into
             return
+        low, high = math.ceil(interval.low_ms), math.floor(interval.high_ms)
         certain = self._probe = _Probe(env, None)
         try:
             with watching_changes() as changes:
