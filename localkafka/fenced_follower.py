@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,15 +81,23 @@ class FencedFollowerRun:
 
 
 def run_fenced_follower(
-    jars: KafkaJars, root: Path, *, seed: int, watch_seconds: float = _WATCH_FENCED_SECONDS
+    jars: KafkaJars,
+    root: Path,
+    *,
+    seed: int,
+    watch_seconds: float = _WATCH_FENCED_SECONDS,
+    on_start: Callable[[LocalKafkaCluster], None] | None = None,
 ) -> FencedFollowerRun:
     """Run the scenario on Kafka ``jars`` under ``root`` and stop every node;
-    the seed picks the broker cut off and how many records flow. Raises
-    :class:`KafkaSetupError` if the cluster does not come up or the controller
-    never fences the broker."""
+    the seed picks the broker cut off and how many records flow. ``on_start``
+    is handed the cluster once it is up, before anything else happens (to
+    watch it live). Raises :class:`KafkaSetupError` if the cluster does not
+    come up or the controller never fences the broker."""
     rng = random.Random(seed)
     cut = rng.choice((1, 2, 3))
     with _ProxiedCluster(jars, root, cut) as (cluster, proxy):
+        if on_start is not None:
+            on_start(cluster)
         run = FencedFollowerRun(jars.version, seed, cut, cluster.controllers[0], cluster.brokers)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
