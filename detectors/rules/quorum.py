@@ -316,7 +316,7 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
             for other in by_node
             if other != node
             for c in q.claims_of(e, other)
-            if (latest := _latest(cs, c)) is not None and latest <= earliest - grace
+            if (latest := _latest(cs, c, env.node)) is not None and latest <= earliest - grace
         ]
     reason = None
     if newer:
@@ -338,15 +338,26 @@ def _judge_claim(cs: ClusterState, env: Envelope, node: int, epoch: int) -> None
         )
 
 
-def _latest(cs: ClusterState, claim: Claim) -> int | None:
+def _latest(cs: ClusterState, claim: Claim, by: int | None = None) -> int | None:
     """The latest moment a claim may have been made at, placed by the clock of
     the node that logged it (a controller's clock is measured only once it
     handles requests as the active one, often after its claim): as known when
     the claim was seen or as known now, whichever is later. None if that clock
     is not measured: the claim cannot be placed. A claim the metadata log
-    stamped is exact."""
+    stamped is exact.
+
+    ``by``: the node whose act the claim is held against. With clocks
+    unmeasured every clock is taken to agree with the metadata log's within
+    the grace window, so a claim another node's clock stamped may have been
+    made as late as that after its stamp: the act's own grace window absorbs
+    its clock and its late view, this one the other clock. Without it, a
+    controller 1.5 s behind whose claim of the next epoch came 0.9 s before
+    the old leader's last fetch made that fetch look 2.4 s late: a zombie."""
     if claim.latest_ms is None:
         return claim.ts_ms
+    if not cs.measures_clocks:
+        other = by is not None and claim.evidence.node != by
+        return claim.ts_ms + cs.config.grace_ms if other else claim.ts_ms
     placed = cs.placed(claim.evidence.node, claim.ts_ms)
     return None if placed is None else max(claim.latest_ms, placed[1])
 
