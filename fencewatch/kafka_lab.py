@@ -43,7 +43,7 @@ from fencewatch.lab_watch import ALERTS_TOPIC, DEAD_LETTER_TOPIC, EVENTS_TOPIC, 
 from fencewatch.options import fail
 from localkafka.cluster import LocalKafkaCluster
 from localkafka.fetch import DEFAULT_VERSION, KafkaSetupError, fetch_kafka
-from localkafka.nemesis import FAULTS, Nemesis, plan
+from localkafka.nemesis import FAULTS, SKEW_HOLD_SECONDS, Nemesis, plan
 from localkafka.traffic import Traffic, create_topics, lab_topics
 
 PROG = "fencewatch kafka-lab"
@@ -200,6 +200,9 @@ def _run(args: argparse.Namespace, kinds: tuple[str, ...], jars: Any, work: Path
                 say=say,
             )
             nemesis.run(stop_at)
+            if nemesis.skewed:
+                # Long enough under the skewed clock for its requests to measure it.
+                stop_at = max(stop_at, time.monotonic() + SKEW_HOLD_SECONDS)
         while time.monotonic() < stop_at:
             child = watchers.failed_child()
             if child is not None:

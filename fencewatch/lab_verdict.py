@@ -2,8 +2,9 @@
 checked against what Kafka itself says.
 
 - :func:`convert_native` reads every node's request log, one controller's
-  ``__cluster_metadata-0`` and every controller's ``quorum-state`` with the
-  parsers ``fencewatch convert`` uses, writes the envelope JSONL files
+  ``__cluster_metadata-0``, every controller's ``quorum-state`` and the
+  cluster's ``__remote_log_metadata`` topic with the parsers ``fencewatch
+  convert`` and ``ship`` use, writes the envelope JSONL files
   ``fencewatch replay`` takes, and keeps each request log's account: its
   entries by API, those no rule reads, and its dead letters.
 - :func:`judge` runs the detector over those files as ``fencewatch replay``
@@ -16,6 +17,7 @@ checked against what Kafka itself says.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,11 +28,14 @@ from detectors.engine import Detector
 from detectors.envelope import DeadLetter, Envelope, dumps
 from detectors.merge import merge_sources
 from detectors.parse_quorum_state import QuorumStateStats
+from detectors.parse_remote_log_metadata import RemoteLogMetadataStats
 from detectors.parse_request_log import RequestLogStats
 from detectors.sources import EnvelopeLineStats, read_envelopes
 from fencewatch.convert import parse_input
 from localkafka.cluster import LocalKafkaCluster
 from producers.metadata_log import MetadataLogStats, iter_metadata_log_file
+from producers.remote_log_metadata_records import TopicRecord, iter_topic_records
+from producers.remote_log_metadata_topic import TopicReader, TopicUnavailable
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 
@@ -94,7 +99,22 @@ def convert_native(cluster: LocalKafkaCluster, out_dir: Path, cluster_name: str)
                 max_record_bytes=MAX_RECORD_BYTES,
             )
             _write(items, target, done)
+    if cluster.layout.tiered_storage:
+        _write(_remote_log_metadata(cluster, cluster_name), out_dir / "remote-log-metadata.jsonl", done)
     return done
+
+
+def _remote_log_metadata(cluster: LocalKafkaCluster, cluster_name: str) -> Iterator[Envelope | DeadLetter]:
+    """``__remote_log_metadata`` read to its current end, as ``ship
+    remote-log-metadata --from-topic --once`` reads it."""
+    reader = TopicReader(
+        {"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0}, start=None, once=True
+    )
+    records = (item for item in reader.items() if isinstance(item, TopicRecord))
+    try:
+        yield from iter_topic_records(records, cluster=cluster_name, stats=RemoteLogMetadataStats())
+    except TopicUnavailable:
+        return  # no tiered topic made yet: nothing to read
 
 
 def _write(items: Any, target: Path, done: Converted) -> None:

@@ -6,7 +6,8 @@ docs/operations.md.
 Shipped: every node's request log (brokers serve Produce, Fetch, ListOffsets,
 OffsetForLeaderEpoch; controllers log the AlterPartition they answer), one
 controller's ``__cluster_metadata-0`` (every controller holds the whole
-committed log), every controller's ``quorum-state``. The job's alerts come
+committed log), every controller's ``quorum-state``, and with tiered storage
+the cluster's own ``__remote_log_metadata`` topic. The job's alerts come
 back on its stdout (one JSON document a line) and its counters from its
 ``/metrics`` page, the one Prometheus scrapes.
 """
@@ -172,6 +173,23 @@ class Watchers:
                 ],
             )
         )
+        if self.cluster.layout.tiered_storage:
+            # Kafka's own __remote_log_metadata, read from the watched cluster's topic.
+            commands.append(
+                (
+                    "remote-log-metadata",
+                    [
+                        "ship",
+                        "remote-log-metadata",
+                        *common,
+                        "--from-topic",
+                        "--source-bootstrap-servers",
+                        self.cluster.bootstrap_servers,
+                        "--state-file",
+                        str(state / "remote-log-metadata.offset"),
+                    ],
+                )
+            )
         for controller in self.cluster.controllers:
             commands.append(
                 (
@@ -350,6 +368,7 @@ def count_records(bootstrap_servers: str, topic: str, quiet_seconds: float = 3.0
             "group.id": f"fencewatch-lab-count-{os.getpid()}-{time.monotonic_ns()}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            "log_level": 0,
         }
     )
     consumer.subscribe([topic])

@@ -209,16 +209,18 @@ class Traffic:
                 )
                 sent += 1
                 self._count("produced")
+                producer.poll(interval)
             except BufferError:
-                pass
+                producer.poll(interval)
             except KafkaException as exc:
-                # A fatal error of the idempotent producer (its sequence lost,
-                # as after an unclean election): a new producer, as an application would.
+                # A fatal error of the idempotent producer (its sequence lost, as
+                # after an unclean election: OUT_OF_ORDER_SEQUENCE_NUMBER), raised
+                # by produce or poll: a new producer, as an application would make.
                 self._error(exc.args[0])
                 if exc.args[0].fatal():
                     producer = self._replace(producer)
-            producer.poll(interval)
-        producer.flush(10)
+        with contextlib.suppress(KafkaException):
+            producer.flush(10)
 
     def _replace(self, producer: Producer) -> Producer:
         with contextlib.suppress(KafkaException):

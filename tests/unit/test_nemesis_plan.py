@@ -27,9 +27,14 @@ def test_a_long_run_has_every_kind_and_the_skew_last() -> None:
 
 
 def test_a_short_run_leaves_out_what_does_not_fit() -> None:
-    faults = plan(1, 60, BROKERS)
+    faults = plan(1, 150, BROKERS)
     assert 0 < len(faults) < len(FAULTS)
     assert plan(1, 5, BROKERS) == []
+
+
+def test_without_repeats_each_kind_once() -> None:
+    faults = plan(4, 3600, BROKERS, repeat=False)
+    assert sorted(f.kind for f in faults) == sorted(FAULTS)
 
 
 def test_only_the_kinds_asked_for() -> None:
