@@ -88,7 +88,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -605,6 +605,19 @@ def big_cluster(path: str, partitions: int, steady_events: int, steady_batches: 
 # ---- main -----------------------------------------------------------------------------------------
 
 
+class Results(list[tuple[str, str]]):
+    """The (name, figure) lines printed at the end, each also logged as it is
+    measured: a long run stopped early keeps what it measured in its log."""
+
+    def append(self, line: tuple[str, str]) -> None:
+        log(f"{line[0]}: {line[1]}")
+        super().append(line)
+
+    def extend(self, lines: Iterable[tuple[str, str]]) -> None:
+        for line in lines:
+            self.append(line)
+
+
 class ExternalKafka:
     """``--bootstrap-servers``: a running Kafka cluster, where this run creates its topics."""
 
@@ -768,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.partitions or [1000, 100_000]
     skip = set(filter(None, args.skip.split(",")))
     cfg = DetectorConfig(measure_clocks=args.measure_clocks)
-    results: list[tuple[str, str]] = []
+    results = Results()
 
     from confluent_kafka import Consumer  # noqa: F401  (fail early when missing)
 
@@ -848,7 +861,7 @@ def main(argv: list[str] | None = None) -> int:
         spark_rate = None
         first_run = True
         a_runs = [(source, count) for source in sources for count in bucket_counts]
-        by_key: dict[RunKey, list[RunFigures]] = {key: [] for key in a_runs}
+        a_figures: dict[RunKey, list[RunFigures]] = {key: [] for key in a_runs}
         for r, (source, buckets) in taking_turns(a_runs, args.bucket_rounds) if "a" not in skip else []:
             rounds = f", round {r}" if args.bucket_rounds > 1 else ""
             a = f"{run_name('(a)', (source, buckets))}{rounds}:"
@@ -876,7 +889,7 @@ def main(argv: list[str] | None = None) -> int:
             spark_rate = n / elapsed
             per_batch = [b["numInputRows"] * 1000 / b["durationMs"]["triggerExecution"] for b in batches]
             steady = per_batch[1:] or per_batch
-            by_key[(source, buckets)].append(RunFigures(statistics.median(steady), spark_rate, job_cpu))
+            a_figures[(source, buckets)].append(RunFigures(statistics.median(steady), spark_rate, job_cpu))
             results.append(
                 (
                     f"{a} Spark job ev/s (total/elapsed)",
@@ -914,7 +927,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             first_run = False
         if "a" not in skip and (args.bucket_rounds > 1 or len(sources) > 1):
-            results.extend(medians_over_runs("(a)", by_key))
+            results.extend(medians_over_runs("(a)", a_figures))
 
         f_runs = [(source, 1) for source in sources]
         floors: dict[RunKey, list[RunFigures]] = {key: [] for key in f_runs}

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# pyspark is 4.3.0, but Maven Central serves this connector up to 4.2.0 (its
-# maven-metadata.xml, 2026-12-07; spark-core and spark-sql 4.3.0 are there).
-# The 4.2.0 connector runs on Spark 4.3.0: tests/integration/test_spark_kafka_source.py.
 # What can read the event topic (kafka_source.read_events): our Python source, or this one.
 PYTHON_SOURCE, SPARK_SOURCE = "python", "spark"
 SOURCES = (PYTHON_SOURCE, SPARK_SOURCE)
+# pyspark is 4.3.0, but Maven Central serves this connector up to 4.2.0 (its
+# maven-metadata.xml, 2026-12-07; spark-core and spark-sql 4.3.0 are there).
+# The 4.2.0 connector runs on Spark 4.3.0: tests/integration/test_spark_kafka_source.py.
 PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 # Dependencies of the connector the wheel already ships at the same versions
