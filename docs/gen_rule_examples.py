@@ -166,7 +166,7 @@ EXAMPLES: dict[str, Callable[[], History]] = {
         History(False)
         .quorum(1_000, 3000, 3000, 5, 3000)
         .quorum(2_000, 3001, 3001, 6, 3001)
-        .req(5_000, 3000, s.quorum_fetch(3000, 5, 1))  # broker 1 still fetches from the old leader
+        .req(6_500, 3000, s.quorum_fetch(3000, 5, 1))  # broker 1 still fetches from the old leader
         .quorum(7_000, 3000, 3001, 6, 3001)
     ),
     "REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED": zombie_upload,
