@@ -63,8 +63,9 @@ def check_kafka(
         # auto.create.topics.enable (the tansu broker too): asking must not create it.
         "allow.auto.create.topics": False,
         # A TLS client talking to a plaintext listener hears nothing back; give
-        # up on the connection within the check, not after librdkafka's 30 s.
-        "socket.connection.setup.timeout.ms": int(timeout_seconds * 1000) // 2,
+        # up on the connection within the check, not after librdkafka's 30 s, but
+        # late in it: a TLS and SCRAM exchange with a loaded broker takes seconds.
+        "socket.connection.setup.timeout.ms": int(timeout_seconds * 800),
         **errors.callbacks(),
     }
     try:
@@ -80,7 +81,7 @@ def check_kafka(
             break
         except KafkaException:
             admin.poll(0)  # serve error_cb and the log lines
-            if errors.refused or errors.brokers_down or time.monotonic() >= deadline:
+            if _settled(errors) or time.monotonic() >= deadline:
                 refused = _refused(bootstrap_servers, config, errors)
                 if refused is not None:
                     fail(prog, *refused)
@@ -106,6 +107,20 @@ def check_kafka(
             f"cannot use topic {topic} on {bootstrap_servers}: {error.str()}",
             "check the topic's ACLs for this client's principal, or --topic",
         )
+
+
+def _settled(errors: ClientErrors) -> bool:
+    """Whether what the client heard so far decides the check: a refusal, a
+    name that does not resolve, or every broker down because it refused the
+    connection or closed it at the first request (as a TLS listener does to a
+    plaintext client). Anything else may yet change: on a loaded machine a TLS
+    and SCRAM exchange can outlast ``socket.connection.setup.timeout.ms``, and
+    librdkafka then reports a transport failure in the middle of SASL; its next
+    attempt can bring the broker's verdict."""
+    if errors.refused or "_SSL" in errors.errors or "_RESOLVE" in errors.errors:
+        return True
+    cause = errors.cause() or ""
+    return errors.brokers_down and ("Connection refused" in cause or "APIVERSION_QUERY" in cause)
 
 
 def _refused(
