@@ -4,6 +4,7 @@ measures them.
     .venv/bin/python benchmarks/clock_campaign.py                  # 1,000,000 events
     .venv/bin/python benchmarks/clock_campaign.py --events 200000
     .venv/bin/python benchmarks/clock_campaign.py --silence-grid   # 100,000 events a cell
+    .venv/bin/python benchmarks/clock_campaign.py --step-grid      # 60,000 events a cell
 
 The simulator (every fault kind, default skew) runs with broker 1's clock
 +5 s, broker 2's -2 s, broker 4's stepping +8 s at 40% of the run, and a
@@ -26,6 +27,16 @@ offset of controller 3001 in ``--offsets`` (no other clock faults); a table
 of the alerts against the ground truth and of the sampled intervals that do
 not contain the true offset, per cell; ``--detail`` also lists each false
 alarm and the sampled intervals that missed the truth.
+
+``--step-grid``: broker 3's clock steps (an NTP step) by every size in
+``--steps``, forward and back, halfway through the run, for every seed in
+``--seeds`` (no other clock faults). A step may make what the broker did look
+like a violation for as long as its measured interval has not caught up; the
+verdicts must be at most possible (SPEC 1.5). Per cell: the injected
+violations, the certain alerts that caught one and the false ones (which
+must be 0), the possible ones that caught a violation no certain alert caught
+and the false ones, the violations missed by both, and the recall of certain
+and possible alerts together.
 """
 
 from __future__ import annotations
@@ -45,13 +56,16 @@ from detectors.clocks import ClockInterval
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
-from detectors.truth import confusion, match_key
+from detectors.truth import confusion, match_key, possible_counts
 from producers.sim_clocks import ClockFault, Failover, parse_clock
 from producers.simulator import SimConfig, Simulator
 
 GRID_FAILOVER_AT_MS = 15_000
 GRID_SILENCES = "0,2000,3000,5000"
 GRID_OFFSETS = "0s,-1s,-2s,-3s,-4s,+2s,+4s"
+STEP_SEEDS = "1,2,3"
+STEP_SIZES = "2s,4s,8s"
+STEP_BROKER = 3
 
 
 def true_offset(sim: Simulator, node: int, true_ms: int, writer: int, shift_ms: int) -> int:
@@ -201,6 +215,61 @@ def silence_grid(args: argparse.Namespace) -> None:
                     print(f"      at the end: {line}")
 
 
+def step_grid(args: argparse.Namespace) -> None:
+    """The table of ``--step-grid`` (see the module's docstring)."""
+    seeds = [int(x) for x in args.seeds.split(",")]
+    sizes = [x.strip() for x in args.steps.split(",")]
+    seconds = args.events / SimConfig().events_per_second
+    step_at = int(seconds * 500)  # ms: halfway
+    print(
+        f"{args.events} events a cell (fault rate {args.fault_rate}); broker {STEP_BROKER}'s clock "
+        f"steps by STEP at {step_at} ms; certain: alerts that hold for every offset the evidence allows, "
+        "possible: for some (caught: an injected violation no certain alert caught)"
+    )
+    header = (
+        f"{'seed':>4} {'step':>5} {'injected':>8} {'certain':>7} {'false':>5} {'possible':>8} "
+        f"{'false':>5} {'missed':>6} {'recall':>6}  certain false alarms by rule"
+    )
+    print(header)
+    totals = Counter[str]()
+    for size in sizes:
+        for sign in "+-":
+            for seed in seeds:
+                spec = f"{STEP_BROKER}={sign}{size}@{step_at}ms"
+                sim = Simulator(SimConfig(seed=seed, fault_rate=args.fault_rate, clocks=(parse_clock(spec),)))
+                run = measure(sim, args.events, args.sample_every)
+                caught, false = possible_counts(run.alerts, run.truth)
+                tp, fp, fn = run.total("tp"), run.total("fp"), run.total("fn")
+                injected = tp + fn
+                recall = (tp + caught) / injected if injected else 1.0
+                totals.update(
+                    {
+                        "injected": injected,
+                        "tp": tp,
+                        "fp": fp,
+                        "caught": caught,
+                        "false": false,
+                        "missed": fn - caught,
+                    }
+                )
+                rules = "; ".join(f"{r} {n}" for r, n in run.false_by_rule().items())
+                print(
+                    f"{seed:>4} {sign + size:>5} {injected:>8} {tp:>7} {fp:>5} {caught:>8} {false:>5} "
+                    f"{fn - caught:>6} {recall:>6.1%}  {rules or '-'}",
+                    flush=True,
+                )
+                if args.detail:
+                    for alert in run.false_alerts():
+                        fields = {k: alert.get(k) for k in ("rule", "node", "ts_ms", "confidence")}
+                        after = alert["ts_ms"] - sim.config.start_ms
+                        print(f"      false: {fields} ({after} ms after the start)")
+    recall = (totals["tp"] + totals["caught"]) / totals["injected"] if totals["injected"] else 1.0
+    print(
+        f"{'all':>4} {'':>5} {totals['injected']:>8} {totals['tp']:>7} {totals['fp']:>5} "
+        f"{totals['caught']:>8} {totals['false']:>5} {totals['missed']:>6} {recall:>6.1%}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -217,9 +286,23 @@ def main() -> None:
         "--failover-at", type=int, default=GRID_FAILOVER_AT_MS, metavar="MS", help="with --silence-grid"
     )
     parser.add_argument(
-        "--detail", action="store_true", help="with --silence-grid: every false alarm and miss"
+        "--detail", action="store_true", help="with --silence-grid or --step-grid: every false alarm and miss"
+    )
+    parser.add_argument("--step-grid", action="store_true", help="the clock-step grid instead")
+    parser.add_argument("--seeds", default=STEP_SEEDS, help="with --step-grid (default %(default)s)")
+    parser.add_argument(
+        "--fault-rate", type=float, default=0.01, help="with --step-grid (default %(default)s)"
+    )
+    parser.add_argument(
+        "--steps",
+        default=STEP_SIZES,
+        help="with --step-grid: step sizes, each both ways (default %(default)s)",
     )
     args = parser.parse_args()
+    if args.step_grid:
+        args.events = args.events or 60_000
+        step_grid(args)
+        return
     if args.silence_grid:
         args.events = args.events or 100_000
         silence_grid(args)

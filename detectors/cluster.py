@@ -184,6 +184,13 @@ class ClusterState:
         earliest = math.floor(ts_ms - interval.high_ms)
         return earliest, math.ceil(earliest + width)
 
+    def written_twice(self, node: int | None, ts_ms: int) -> bool:
+        """Whether ``node``'s clock stepped back over its time ``ts_ms``: its log
+        holds that time from before the step and from after it, so two of its
+        records there cannot be ordered by their times (EvidenceLine.blind)."""
+        line = self.clocks.lines.get(node) if node is not None and self.measures_clocks else None
+        return line is not None and line.segment(ts_ms) is None
+
     def judged_window(self, env: Envelope, node: int | None = None) -> tuple[int, int] | None:
         """The metadata log's times within the grace window of some moment at which
         ``env``'s node may have acted: between the request's arrival at the

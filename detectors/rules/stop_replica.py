@@ -75,15 +75,24 @@ def judge(cs: ClusterState, env: Envelope, header: Header, request: StopReplica,
     identity = (header.request_ref, env.ts_ms)
     accepted = cs.controller_epochs.get(node) if node is not None else None
     previous = accepted.at(env.ts_ms - 1) if accepted else None
-    if home and request.error == KafkaError.NONE and previous and request.controller_epoch < previous[0]:
+    stale = (
+        previous
+        if home and request.error == KafkaError.NONE and previous and request.controller_epoch < previous[0]
+        else None
+    )
+    if stale and (cs.written_twice(node, env.ts_ms) or cs.written_twice(node, stale[1].ts_ms)):
+        # The broker's clock stepped back over these times: which of the two it
+        # accepted first cannot be told from them (benchmarks/clock_campaign.py --step-grid).
+        cs.unverified(UnverifiedReason.CLOCK_UNCERTAIN)
+    elif stale:
         cs.emit(
             StopReplicaStaleControllerAccepted,
             env,
             message=f"broker {node} accepted a StopReplica from controller epoch "
-            f"{request.controller_epoch} after accepting controller epoch {previous[0]}",
+            f"{request.controller_epoch} after accepting controller epoch {stale[0]}",
             node=node,
             identity=identity,
-            evidence=[previous[1]],
+            evidence=[stale[1]],
         )
     for part in request.partitions:
         if part.leader_epoch == DELETE_SENTINEL:
