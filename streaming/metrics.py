@@ -18,6 +18,7 @@ an event twice.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -29,6 +30,8 @@ from prometheus_client.registry import Collector
 from detectors import rules
 from detectors.alerts import CERTAIN, POSSIBLE
 from detectors.stats import merge_buckets, split_event_key
+
+log = logging.getLogger(__name__)
 
 BROKER_STATES = ("registered", "fenced", "controlled_shutdown")
 BATCH_SECONDS_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 21, 34, 60, 120, 300)
@@ -66,15 +69,31 @@ class DetectorCollector(Collector):
     def __init__(self) -> None:
         self._snapshots: dict[tuple[str, int], dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._contradicted: set[tuple[str, str]] = set()  # (cluster, node) already logged
 
     def update(self, snapshot: Mapping[str, Any]) -> None:
         """Keep ``snapshot`` unless a newer one (higher ``state_version``) of
-        its bucket is held. A snapshot without a bucket is of bucket 0."""
+        its bucket is held. A snapshot without a bucket is of bucket 0. A node
+        whose clock evidence first contradicts the bound given for it is
+        logged, once (and exported as fencewatch_clock_bound_contradicted)."""
         key = (str(snapshot["cluster"]), int(snapshot.get("bucket", 0)))
         with self._lock:
             held = self._snapshots.get(key)
             if held is None or held.get("state_version", 0) <= snapshot.get("state_version", 0):
                 self._snapshots[key] = dict(snapshot)
+            for node, (low, high, bound) in sorted((snapshot.get("clock_bound_contradicted") or {}).items()):
+                if (key[0], node) not in self._contradicted:
+                    self._contradicted.add((key[0], node))
+                    log.warning(
+                        "cluster %s: node %s's clock evidence (offset %d..%d ms against the metadata "
+                        "log's) contradicts --clock-bound-ms %d given for it: the bound is wrong or the "
+                        "clock broke; verdicts use the evidence",
+                        key[0],
+                        node,
+                        low,
+                        high,
+                        bound,
+                    )
 
     def clusters(self) -> list[str]:
         with self._lock:

@@ -95,7 +95,7 @@ def test_the_metrics_carry_a_confidence_label(possible, certain):
     assert value("fencewatch_alerts_total", {**labels, "severity": "critical", "confidence": "certain"}) == 1
 
 
-def test_a_contradicted_clock_bound_is_a_metric(make_history):
+def test_a_contradicted_clock_bound_is_a_metric_and_a_log_line_once(make_history, caplog):
     detector = _run(make_history, DetectorConfig(measure_clocks=True, clock_bounds=((BROKER, 200),)))[1]
     cs = detector.cluster("c1")
     assert cs.bound_contradicted == {}  # the broker's -1..+4 s allows 200 ms
@@ -104,6 +104,12 @@ def test_a_contradicted_clock_bound_is_a_metric(make_history):
     metrics.detector.update(detector.snapshot("c1"))
     value = metrics.registry.get_sample_value
     assert value("fencewatch_clock_bound_contradicted", {"cluster": "c1", "node": "3"}) == 1
+    metrics.detector.update(detector.snapshot("c1"))
+    said = [r.getMessage() for r in caplog.records if "contradicts --clock-bound-ms" in r.getMessage()]
+    assert said == [
+        "cluster c1: node 3's clock evidence (offset 2900..3100 ms against the metadata log's) contradicts "
+        "--clock-bound-ms 200 given for it: the bound is wrong or the clock broke; verdicts use the evidence"
+    ]
 
 
 def test_the_webhook_payloads_tell_them_apart(possible, certain):
