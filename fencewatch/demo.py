@@ -12,14 +12,16 @@ lines, kept in the demo's temporary directory) and fencewatch's parsers, as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import os
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -34,7 +36,9 @@ from producers.kafka_publisher import KafkaPublisher, TokenBucket
 from producers.simulator import SimConfig, Simulator
 
 if TYPE_CHECKING:
+    from fencewatch.demo_real_kafka import RealKafka
     from streaming.broker import EmbeddedBroker
+    from streaming.metrics import Metrics
 
 
 def add_parser(sub: Any) -> None:
@@ -73,6 +77,12 @@ def add_parser(sub: Any) -> None:
         type=float,
         default=300,
         help="give up waiting for the last alerts after this long (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-real-kafka",
+        action="store_true",
+        help="leave out the real Apache Kafka node (fetched from Maven Central on first use) that the demo "
+        "otherwise runs and watches beside the simulated clusters",
     )
     add_observability_options(p, outbox_default="in the demo's temporary directory, removed when it ends")
     p.set_defaults(run=run)
@@ -118,9 +128,11 @@ def run(args: argparse.Namespace) -> int:
         tempfile.TemporaryDirectory(prefix="fencewatch-demo-") as work,
         observability(args, f"{work}/checkpoint", prog) as obs,
         _embedded_broker(prog) as broker,
+        contextlib.ExitStack() as real_node,
     ):
         say(f"embedded broker on {broker.bootstrap_servers}")
         broker.create_topics({"fencewatch-events": 3, ALERTS_TOPIC: 1, "fencewatch-dead-letters": 1})
+        live = None if args.no_real_kafka else _start_real_kafka(real_node, Path(work), broker, say)
         spark_log = f"; Spark's log: {log_file}" if log_file else ""
         say(f"starting Spark (local[2]) and the streaming job{spark_log}")
         spark = start_spark(prog, "local[2]", log_file, app_name="fencewatch-demo")
@@ -194,7 +206,46 @@ def run(args: argparse.Namespace) -> int:
             f"sim-native shipped {native.native.quorum_stats.records} quorum-state files and "
             f"{native.native.remote_stats.records} remote-log-metadata lines in native form"
         )
+        if live is not None:
+            from fencewatch.demo_real_kafka import CLUSTER
+
+            raised = sum(1 for alert in received if alert.get("cluster") == CLUSTER)
+            say(
+                f"{CLUSTER} (Apache Kafka {live.jars.version}): {live.traffic.stats.acknowledged} records "
+                f"produced, {live.traffic.stats.consumed} consumed; {_judged(obs.metrics, CLUSTER)} of its "
+                f"events judged, {raised} alerts (Kafka fences correctly: any alert of it is counted false "
+                "below)"
+            )
         return 0 if print_confusion(confusion(received, truth), sys.stderr) else 1
+
+
+def _start_real_kafka(
+    stack: contextlib.ExitStack, work: Path, broker: EmbeddedBroker, say: Callable[[str], None]
+) -> RealKafka | None:
+    """The real Kafka node, watched; one that cannot be had is said in one line
+    and the demo goes on with the simulated clusters alone."""
+    from fencewatch.demo_real_kafka import real_kafka
+    from localkafka.fetch import KafkaSetupError
+
+    try:
+        return stack.enter_context(real_kafka(work, broker.bootstrap_servers, "fencewatch-events", say))
+    except KafkaSetupError as exc:
+        say(f"no real Kafka node: {exc} (the demo goes on without it; --no-real-kafka skips it)")
+        return None
+
+
+def _judged(metrics: Metrics | None, cluster: str) -> str:
+    """The events of ``cluster`` the job judged, from its own counters (what /metrics shows)."""
+    if metrics is None:
+        return "(metrics off: unknown)"
+    total = sum(
+        sample.value
+        for family in metrics.detector.collect()
+        if family.name == "fencewatch_events"
+        for sample in family.samples
+        if sample.labels.get("cluster") == cluster and sample.name.endswith("_total")
+    )
+    return str(int(total))
 
 
 def _tally(records: list[dict[str, Any]]) -> str:
