@@ -221,7 +221,7 @@ def _run(args: argparse.Namespace, kinds: tuple[str, ...], jars: Any, work: Path
         shipped = watchers.stop_shippers()
         say("shippers stopped; waiting for the job to judge what they shipped")
         counters = watchers.wait_until_judged(timeout_seconds=600)
-        kafka_epochs = kafka_leader_epochs(cluster.bootstrap_servers)
+        kafka_epochs = kafka_leader_epochs(cluster)
         say("converting the cluster's own files and replaying them")
         converted = convert_native(cluster, work / "envelopes", CLUSTER)
         judged = judge(converted.files, replay_config())
@@ -295,11 +295,13 @@ def _print_table(
         )
     )
     differ = f"{len(epochs.differences)} differ" + (
-        ": " + "; ".join(f"{t}-{p} view {v} kafka {k}" for t, p, v, k in epochs.differences[:5])
+        ": " + "; ".join(f"{t}-{p} view {v} broker {b} {k}" for t, p, v, k, b in epochs.differences[:5])
         if epochs.differences
         else ""
     )
-    rows.append(("leader epochs compared", f"{epochs.compared} partitions with Kafka's Metadata: {differ}"))
+    rows.append(
+        ("leader epochs compared", f"{epochs.compared} partitions with every broker's Metadata: {differ}")
+    )
     for node, interval in sorted(clocks.items()):
         true = offsets.get(node, 0.0)
         job = counters.clocks.get(str(node)) if counters else None

@@ -9,8 +9,8 @@ checked against what Kafka itself says.
   entries by API, those no rule reads, and its dead letters.
 - :func:`judge` runs the detector over those files as ``fencewatch replay``
   does (merged by time, the commands' default settings, clocks measured).
-- :func:`kafka_leader_epochs` asks a broker's Metadata API (v7+ carries each
-  partition's leader epoch; Admin's describeTopics does not) and
+- :func:`kafka_leader_epochs` asks every broker's Metadata API (v7+ carries
+  each partition's leader epoch; Admin's describeTopics does not) and
   :func:`compare_epochs` sets it against the view's.
 """
 
@@ -195,37 +195,63 @@ def view_leader_epochs(detector: Detector, cluster_name: str) -> PartitionEpochs
     return out
 
 
-def kafka_leader_epochs(bootstrap_servers: str) -> PartitionEpochs:
-    """The leader and leader epoch of every partition, from a broker's Metadata
-    response (its metadata cache: what Kafka's clients are told)."""
-    from kafka import KafkaAdminClient
+def kafka_leader_epochs(
+    cluster: LocalKafkaCluster, timeout_seconds: float = 120.0
+) -> dict[int, PartitionEpochs]:
+    """The leader and leader epoch of every partition in each running broker's
+    Metadata answer (v7+ carries the epoch; Admin's describeTopics does not),
+    asked again until every broker gives the same or the time is up. A broker
+    answers from its own metadata cache, which can trail the controller's log
+    for seconds (a real broker here reported one metadata offset for 19 s while
+    the controllers moved on), so each broker's answer is kept apart."""
+    import time
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=30_000)
+    from kafka import KafkaAdminClient
+    from kafka.protocol.metadata import MetadataRequest
+
+    async def metadata_of(admin: Any, node_id: int) -> Any:
+        request = MetadataRequest(topics=None, allow_auto_topic_creation=False)
+        return (await admin._manager.send(request, node_id=node_id)).to_dict()
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers, request_timeout_ms=30_000)
+    deadline = time.monotonic() + timeout_seconds
     try:
-        topics = admin.describe_topics()
+        while True:
+            running = [b.node_id for b in cluster.brokers if cluster.is_running(b.node_id)]
+            answers = {
+                node_id: _epochs(admin._manager.run(metadata_of, admin, node_id)) for node_id in running
+            }
+            first = next(iter(answers.values()), {})
+            if all(answer == first for answer in answers.values()) or time.monotonic() > deadline:
+                return answers
+            time.sleep(2)
     finally:
         admin.close()
+
+
+def _epochs(metadata: dict[str, Any]) -> PartitionEpochs:
     out: PartitionEpochs = {}
-    for topic in topics:
+    for topic in metadata["topics"]:
         for part in topic["partitions"]:
-            out[(topic["name"], int(part["partition_index"]))] = (
-                int(part["leader_id"]),
-                int(part["leader_epoch"]),
-            )
+            key = (topic["name"], int(part["partition_index"]))
+            out[key] = (int(part["leader_id"]), int(part["leader_epoch"]))
     return out
 
 
 @dataclass
 class EpochComparison:
     compared: int
-    # (topic, partition, the view's (leader, epoch) or None, Kafka's or None)
-    differences: list[tuple[str, int, tuple[int, int] | None, tuple[int, int] | None]]
+    # (topic, partition, the view's (leader, epoch) or None, Kafka's or None, the broker that said so)
+    differences: list[tuple[str, int, tuple[int, int] | None, tuple[int, int] | None, int]]
 
 
-def compare_epochs(view: PartitionEpochs, kafka: PartitionEpochs) -> EpochComparison:
+def compare_epochs(view: PartitionEpochs, kafka: dict[int, PartitionEpochs]) -> EpochComparison:
+    """The view's leader and epoch of each partition against each broker's answer."""
+    partitions = set(view).union(*kafka.values()) if kafka else set(view)
     differences = [
-        (topic, partition, view.get((topic, partition)), kafka.get((topic, partition)))
-        for topic, partition in sorted(set(view) | set(kafka))
-        if view.get((topic, partition)) != kafka.get((topic, partition))
+        (topic, partition, view.get((topic, partition)), answer.get((topic, partition)), broker)
+        for broker, answer in sorted(kafka.items())
+        for topic, partition in sorted(partitions)
+        if view.get((topic, partition)) != answer.get((topic, partition))
     ]
-    return EpochComparison(len(set(view) | set(kafka)), differences)
+    return EpochComparison(len(partitions), differences)
