@@ -264,7 +264,11 @@ def test_convert_keeps_the_read_apis_and_replay_raises_the_same_alerts(
             assert main(argv) == 0
             out, err = capsys.readouterr()
             heads = [orjson.loads(line)["body"]["requestHeader"] for line in out.splitlines()]
-            head = f"fencewatch convert request-log: 1 file(s), {len(lines)} lines: {len(heads)} records, "
+            by_api = ", ".join(
+                f"{k}={n}" for k, n in sorted(Counter(h["requestApiKeyName"] for h in heads).items())
+            )
+            head = f"fencewatch convert request-log: 1 file(s), {len(lines)} lines: "
+            head += f"{len(heads)} records ({by_api}), "
             assert err.startswith(head), err
             if mode == "all":
                 assert len(heads) == len(lines)
