@@ -101,7 +101,8 @@ def _checked_header(body: dict[str, Any]) -> Header:
 class PartitionOutcome:
     """One partition of a data-plane request and how the broker answered it.
     ``epoch`` is the request's ``currentLeaderEpoch`` (-1: none sent);
-    ``error`` is None when the response has no entry for the partition."""
+    ``error`` is None when the response has no entry for the partition (an
+    incremental fetch's response leaves one out only without error: NONE)."""
 
     topic: str | None
     topic_id: str | None
@@ -147,12 +148,40 @@ def _topic_ref(topic: dict[str, Any], path: str) -> tuple[str | None, str | None
 
 
 def partition_outcomes(api_key: int, body: dict[str, Any]) -> list[PartitionOutcome]:
-    """Per-partition outcomes of a PRODUCE, FETCH, LIST_OFFSETS or OFFSET_FOR_LEADER_EPOCH."""
+    """Per-partition outcomes of a PRODUCE, FETCH, LIST_OFFSETS or OFFSET_FOR_LEADER_EPOCH.
+    A partition without a response entry has no error (``None``: its outcome
+    is unknown), but in an incremental fetch (:func:`_omitted_error`)."""
     shape = _SHAPES[api_key]
+    omitted = _omitted_error(body) if api_key == FETCH else None
     try:
-        return _plain_outcomes(shape, body)
+        return _plain_outcomes(shape, body, omitted)
     except _NotPlain:
-        return _checked_outcomes(shape, body)
+        return _checked_outcomes(shape, body, omitted)
+
+
+def _omitted_error(body: dict[str, Any]) -> int | None:
+    """The error of a partition an incremental fetch's response leaves out: NONE.
+
+    In a fetch session (KIP-227) a request of ``sessionEpoch`` above 0 is
+    incremental, and its response leaves out every partition that has no new
+    data, no new high watermark or log start offset, no preferred replica, no
+    diverging epoch and no error: "Partitions with errors are always included
+    in the response" (``FetchSession.CachedPartition.maybeUpdateResponseData``,
+    server/src/main/java/org/apache/kafka/server/FetchSession.java). So a
+    partition of the request missing from such a response was read without
+    error, at the request's epoch. Not so when the response failed as a whole
+    (a top-level ``errorCode``: it lists no partitions) or was throttled (a
+    throttled response is sent empty, ``FetchManager``'s throttled response,
+    and nothing was read): then None, unknown."""
+    request, response = body.get("request"), body.get("response")
+    if type(request) is not dict or type(response) is not dict:
+        return None
+    epoch = request.get("sessionEpoch")
+    if type(epoch) is not int or epoch <= 0:  # 0: a new session, -1: no session (full fetches)
+        return None
+    if response.get("errorCode", 0) != 0 or response.get("throttleTimeMs", 0) != 0:
+        return None
+    return 0  # NONE
 
 
 class _NotPlain(Exception):
@@ -222,7 +251,7 @@ def _plain_entries(
     return out
 
 
-def _plain_outcomes(shape: _Shape, body: dict[str, Any]) -> list[PartitionOutcome]:
+def _plain_outcomes(shape: _Shape, body: dict[str, Any], omitted: int | None) -> list[PartitionOutcome]:
     """The outcomes of a well-formed body, checked like _checked_outcomes checks
     them but without building a field path per entry (millions of requests, almost
     none malformed), a topic's partitions checked in one loop. Raises
@@ -247,11 +276,13 @@ def _plain_outcomes(shape: _Shape, body: dict[str, Any]) -> list[PartitionOutcom
     ):
         ref = topic_id or name
         for index, epoch in _plain_entries(parts, shape.req_index, "currentLeaderEpoch", -1, INT32):
-            outcomes.append(PartitionOutcome(name, topic_id, index, epoch, answered.get((ref, index))))
+            outcomes.append(
+                PartitionOutcome(name, topic_id, index, epoch, answered.get((ref, index), omitted))
+            )
     return outcomes
 
 
-def _checked_outcomes(shape: _Shape, body: dict[str, Any]) -> list[PartitionOutcome]:
+def _checked_outcomes(shape: _Shape, body: dict[str, Any], omitted: int | None) -> list[PartitionOutcome]:
     """The outcomes of any body, raising BadRecord with the path of the first bad field."""
     request = get_obj(body, "request", "body")
     response = get_obj(body, "response", "body", default=None)
@@ -277,7 +308,9 @@ def _checked_outcomes(shape: _Shape, body: dict[str, Any]) -> list[PartitionOutc
             index = get_int(part, shape.req_index, path)
             epoch = get_int(part, "currentLeaderEpoch", path, default=-1)
             outcomes.append(
-                PartitionOutcome(name, topic_id, index, epoch, answered.get((topic_id or name, index)))
+                PartitionOutcome(
+                    name, topic_id, index, epoch, answered.get((topic_id or name, index), omitted)
+                )
             )
     return outcomes
 
