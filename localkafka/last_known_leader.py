@@ -79,10 +79,12 @@ def run_last_known_leader(jars: KafkaJars, root: Path) -> LastKnownLeaderRun:
         topic = NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})
         admin.create_topics([topic])[TOPIC].result(30)
         leader = _leader(admin, timeout_seconds=30)
+        cluster.wait_until_ready()  # every broker unfenced (a loaded machine fences some while they start)
         run.killed = [b.node_id for b in cluster.brokers if b.node_id != leader] + [leader]
         for node_id in run.killed:
+            logged = cluster.controllers[0].server_log.stat().st_size
             cluster.kill(node_id)
-            _wait_fenced(cluster, node_id)
+            _wait_fenced(cluster, node_id, logged)
         first, last = run.killed[1], run.killed[2]
         # The ELR member that was not the leader returns, then the last leader.
         cluster.start_node(first)
@@ -113,17 +115,21 @@ def _leader(admin: AdminClient, *, timeout_seconds: float) -> int:
     raise KafkaSetupError(f"{TOPIC}-0 had no leader within {timeout_seconds:.0f} s")
 
 
-def _wait_fenced(cluster: LocalKafkaCluster, broker: int) -> None:
+def _wait_fenced(cluster: LocalKafkaCluster, broker: int, logged: int) -> None:
     """Until the controller has fenced ``broker`` (its session timed out), as
-    its own log says (``ReplicationControlManager``; no broker may be left to
-    ask): the metadata log then holds the fencing before the next one dies."""
+    its own log says past byte ``logged`` (``ReplicationControlManager``; no
+    broker may be left to ask; on a loaded machine brokers are fenced during
+    start-up too): the metadata log then holds the fencing before the next one
+    dies."""
     # "Fencing broker 2 because ..." up to 4.0, "Fencing broker 2 at epoch 33 because ..." later.
     line = re.compile(rf"Fencing broker {broker} (at epoch \d+ )?because its session has timed out")
     log = cluster.controllers[0].server_log
     deadline = time.monotonic() + _FENCE_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        if line.search(log.read_text(errors="replace")):
-            return
+        with open(log, "rb") as text:
+            text.seek(logged)
+            if line.search(text.read().decode(errors="replace")):
+                return
         time.sleep(0.25)
     raise KafkaSetupError(
         f"broker {broker} was not fenced within {_FENCE_TIMEOUT_SECONDS:.0f} s -- see {log}"
