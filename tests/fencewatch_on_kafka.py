@@ -11,9 +11,20 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from localkafka.fenced_follower import FencedFollowerRun
+
+
+class KafkaRun(Protocol):
+    """A scenario's run: where Kafka's own files are."""
+
+    @property
+    def metadata_files(self) -> list[Path]: ...
+
+    @property
+    def request_logs(self) -> dict[int, Path]: ...
+
 
 FENCEWATCH = str(Path(sys.executable).parent / "fencewatch")
 
@@ -27,7 +38,7 @@ class Judged:
     dead_letters: int
 
 
-def judge(run: FencedFollowerRun, workdir: Path, cluster: str = "kafka") -> Judged:
+def judge(run: KafkaRun, workdir: Path, cluster: str = "kafka") -> Judged:
     """Convert the run's files into ``workdir`` and replay them."""
     workdir.mkdir(parents=True, exist_ok=True)
     envelopes = [workdir / "metadata.jsonl"]
