@@ -36,9 +36,8 @@ _CHUNK = 65536
 
 @dataclass
 class LinkCounts:
-    """What the proxy did: connections accepted, heartbeats dropped."""
+    """What the proxy did: the heartbeats it dropped."""
 
-    connections: int = 0
     heartbeats_dropped: int = 0
 
 
@@ -98,7 +97,6 @@ class ControllerLinkProxy:
                 _close(client)  # the controller is down: the broker sees a closed connection
                 continue
             with self._lock:
-                self.counts.connections += 1
                 self._sockets.update((client, upstream))
             threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
             threading.Thread(target=self._responses, args=(upstream, client), daemon=True).start()
