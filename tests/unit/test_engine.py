@@ -258,8 +258,10 @@ def many_rules(h: Any) -> None:
     h.quorum_state(11_500, 1002, s.quorum_state(1002, 6, 1002, QUORUM))
     h.quorum_state(11_800, 1003, s.quorum_state(1003, 6, 1003, QUORUM))  # a second leader of 6
     h.request(11_600, 1001, s.quorum_fetch(1001, 5, 1003))  # within grace: fine
-    h.request(14_500, 1001, s.quorum_fetch(1001, 5, 1003))  # zombie
-    h.quorum_state(15_500, 1001, s.quorum_state(1002, 6, 1002, QUORUM))  # resolved
+    # A zombie: past the grace window after 1002's claim, stamped by another clock,
+    # plus the grace window that clock may be off by (clocks unmeasured).
+    h.request(15_600, 1001, s.quorum_fetch(1001, 5, 1003))
+    h.quorum_state(16_500, 1001, s.quorum_state(1002, 6, 1002, QUORUM))  # resolved
     # Tiered storage: broker 1's compaction upload is a zombie once broker 2's lands.
     for ts_ms, segment, broker, cleaner in [
         (9000, "seg-1", 1, {0: 123}),
@@ -280,8 +282,8 @@ MANY_RULES_KEYS = [
     ("PRODUCE_ACCEPTED_BY_NON_LEADER", 1, 13_000, 0, "orders"),
     ("PRODUCE_STALE_EPOCH_ACCEPTED", 2, 13_500, 0, "orders"),
     ("QUORUM_TWO_LEADERS_IN_EPOCH", 1003, 11_800, None, None),
-    ("QUORUM_ZOMBIE_LEADER", 1001, 14_500, None, None),
-    ("QUORUM_ZOMBIE_LEADER", 1001, 15_500, None, None),
+    ("QUORUM_ZOMBIE_LEADER", 1001, 15_600, None, None),
+    ("QUORUM_ZOMBIE_LEADER", 1001, 16_500, None, None),
     ("REMOTE_SEGMENT_ZOMBIE_UPLOAD_ACCEPTED", 1, 11_400, 0, "orders"),
     ("STOP_REPLICA_STALE_EPOCH_APPLIED", 3, 13_700, 0, "orders"),
 ]
