@@ -176,29 +176,34 @@ class LocalKafkaCluster:
         self.wait_until_ready()
 
     def stop(self) -> None:
-        """Stop every node still running: brokers first, each given a few seconds
-        for a clean shutdown, then killed."""
-        for node in self.layout.brokers + self.layout.controllers:
-            proc = self._procs.get(node.node_id)
-            if proc is not None and proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGCONT)
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in self._procs.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        """Stop every node still running: the brokers first (their controlled
+        shutdown needs a controller: stopped together, a broker waited out its
+        timeout for one already gone), then the controllers; a node not gone
+        within 15 s is killed."""
+        for group in (self.layout.brokers, self.layout.controllers):
+            procs = [self._procs[n.node_id] for n in group if n.node_id in self._procs]
+            for proc in procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGCONT)
+                        os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            for proc in procs:
+                try:
+                    proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         self._procs.clear()
 
     def wait_until_ready(
         self, brokers: Iterable[int] | None = None, timeout_seconds: float | None = None
     ) -> None:
         """Wait until the given brokers (default: every broker running) are
-        registered, unfenced and listed by the cluster's metadata."""
+        registered, unfenced and listed by the cluster's metadata, and every
+        listener of theirs accepts connections (a broker is listed before its
+        listeners open: clients saw a moment of "Connection refused")."""
         wanted = (
             set(brokers)
             if brokers is not None
@@ -209,7 +214,7 @@ class LocalKafkaCluster:
         while time.monotonic() < deadline:
             self._raise_if_exited()
             seen = self.live_brokers()
-            if wanted <= seen:
+            if wanted <= seen and all(self._listening(node_id) for node_id in wanted):
                 return
             time.sleep(_POLL_SECONDS)
         missing = sorted(wanted - seen)
@@ -385,11 +390,38 @@ class LocalKafkaCluster:
             f"-Dkafka.logs.dir={node.request_log.parent}",
         ]
         if tool:
-            # Tools log to the console at warn, not into the node's files.
-            command += ["-XX:TieredStopAtLevel=1", "-Dlog4j2.level=warn", "-Dlog4j2.configurationFile="]
+            # Tools log warnings to stderr, not into the node's files and not on the
+            # stdout callers parse (an empty configurationFile made 4.0's log4j2 print
+            # a parse error there).
+            command += ["-XX:TieredStopAtLevel=1", *self._tool_logging()]
         else:
             command.append(logging_property)
         return [*command, "-cp", self.jars.classpath, main_class, *args]
+
+    def _tool_logging(self) -> list[str]:
+        """The JVM property naming a configuration that sends tools' log lines
+        at WARN to stderr (log4j2 XML for 4.x, log4j 1 properties for 3.x)."""
+        if self.layout.kafka_major >= 4:
+            path = self.root / "tools-log4j2.xml"
+            if not path.exists():
+                path.write_text(
+                    '<Configuration status="error">\n'
+                    '  <Appenders><Console name="err" target="SYSTEM_ERR">'
+                    '<PatternLayout pattern="[%d] %p %m (%c)%n"/></Console></Appenders>\n'
+                    '  <Loggers><Root level="warn"><AppenderRef ref="err"/></Root></Loggers>\n'
+                    "</Configuration>\n"
+                )
+            return [f"-Dlog4j2.configurationFile={path}"]
+        path = self.root / "tools-log4j.properties"
+        if not path.exists():
+            path.write_text(
+                "log4j.rootLogger=WARN, err\n"
+                "log4j.appender.err=org.apache.log4j.ConsoleAppender\n"
+                "log4j.appender.err.Target=System.err\n"
+                "log4j.appender.err.layout=org.apache.log4j.PatternLayout\n"
+                "log4j.appender.err.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+            )
+        return [f"-Dlog4j.configuration=file:{path}"]
 
     def _environment(self, clock_offset_seconds: float) -> dict[str, str]:
         env = dict(os.environ)
@@ -400,6 +432,17 @@ class LocalKafkaCluster:
 
     def _signal(self, node_id: int, sig: signal.Signals) -> None:
         os.killpg(self.pid(node_id), sig)
+
+    def _listening(self, node_id: int) -> bool:
+        node = self.layout.node(node_id)
+        for port in (node.port, node.secure_port):
+            if port is None:
+                continue
+            try:
+                socket.create_connection((HOST, port), timeout=1).close()
+            except OSError:
+                return False
+        return True
 
     def _raise_if_exited(self) -> None:
         for node_id, proc in self._procs.items():
