@@ -25,6 +25,7 @@ COPY detectors ./detectors
 COPY producers ./producers
 COPY streaming ./streaming
 COPY webhooks ./webhooks
+COPY localkafka ./localkafka
 COPY fencewatch ./fencewatch
 RUN pip install . \
     && fencewatch --help > /dev/null \
