@@ -104,6 +104,12 @@ def add_parser(sub: Any) -> None:
         "(default: a temporary directory, removed at the end)",
     )
     p.add_argument("--heap", default="384m", help="each Kafka node's JVM heap (-Xmx; default %(default)s)")
+    p.add_argument(
+        "--base-port",
+        type=int,
+        metavar="PORT",
+        help="the nodes listen on PORT, PORT+1, ... (controllers first; default: free ports)",
+    )
     p.set_defaults(run=run)
 
 
@@ -122,16 +128,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         jars = fetch_kafka(args.kafka_version, progress=lambda line: say(f"Maven Central: {line}"))
     except KafkaSetupError as exc:
-        fail(PROG, str(exc), "fix that and run kafka-lab again")
+        # Its message is one line that already says what to do.
+        raise SystemExit(f"{PROG}: {exc}") from None
     with _work_dir(args.keep) as work:
         try:
             return _run(args, kinds, jars, work, say)
         except KafkaSetupError as exc:
-            fail(
-                PROG,
-                str(exc),
-                f"the cluster's files are in {work}" if args.keep else "run again with --keep DIR to look",
-            )
+            kept = f" (the cluster's files are in {work})" if args.keep else ""
+            raise SystemExit(f"{PROG}: {exc}{kept}") from None
 
 
 @contextlib.contextmanager
@@ -157,7 +161,7 @@ def _run(args: argparse.Namespace, kinds: tuple[str, ...], jars: Any, work: Path
     with contextlib.ExitStack() as stack:
         stack.callback(events.stop)
         events.create_topics({EVENTS_TOPIC: 3, ALERTS_TOPIC: 1, DEAD_LETTER_TOPIC: 1})
-        cluster = LocalKafkaCluster(jars, work / "kafka", heap=args.heap)
+        cluster = LocalKafkaCluster(jars, work / "kafka", heap=args.heap, base_port=args.base_port)
         stack.callback(cluster.stop)
         watchers = Watchers(
             cluster,
