@@ -227,7 +227,7 @@ def _run(args: argparse.Namespace, kinds: tuple[str, ...], jars: Any, work: Path
         counters = watchers.wait_until_judged(timeout_seconds=600)
         kafka_epochs = kafka_leader_epochs(cluster)
         say("converting the cluster's own files and replaying them")
-        converted = convert_native(cluster, work / "envelopes", CLUSTER)
+        converted = convert_native(cluster, work / "envelopes", CLUSTER, watchers.shipped_bytes())
         judged = judge(converted.files, replay_config())
         epochs = compare_epochs(view_leader_epochs(judged.detector, CLUSTER), kafka_epochs)
         clocks = measured_clocks(judged.detector, CLUSTER)

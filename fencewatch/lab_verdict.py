@@ -50,14 +50,23 @@ class Converted:
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
 
 
-def convert_native(cluster: LocalKafkaCluster, out_dir: Path, cluster_name: str) -> Converted:
-    """Every file the lab ships, converted to envelope JSONL under ``out_dir``."""
+def convert_native(
+    cluster: LocalKafkaCluster, out_dir: Path, cluster_name: str, shipped_bytes: dict[int, int] | None = None
+) -> Converted:
+    """Every file the lab ships, converted to envelope JSONL under ``out_dir``;
+    each node's request log up to ``shipped_bytes`` of it where given (what its
+    shipper shipped: Kafka goes on logging after the shippers stop)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     done = Converted()
     for node in cluster.layout.nodes:
         stats = RequestLogStats()
         target = out_dir / f"request-log-{node.node_id}.jsonl"
-        with open(node.request_log, "rb") as stream:
+        source = node.request_log
+        if shipped_bytes is not None and node.node_id in shipped_bytes:
+            source = out_dir / f"kafka-request-{node.node_id}.log"
+            with open(node.request_log, "rb") as whole, open(source, "wb") as part:
+                _copy_bytes(whole, part, shipped_bytes[node.node_id])
+        with open(source, "rb") as stream:
             items = parse_input(
                 stream,
                 stats,
@@ -115,6 +124,15 @@ def _remote_log_metadata(cluster: LocalKafkaCluster, cluster_name: str) -> Itera
         yield from iter_topic_records(records, cluster=cluster_name, stats=RemoteLogMetadataStats())
     except TopicUnavailable:
         return  # no tiered topic made yet: nothing to read
+
+
+def _copy_bytes(src: Any, dst: Any, count: int, chunk: int = 1 << 20) -> None:
+    while count > 0:
+        data = src.read(min(chunk, count))
+        if not data:
+            return
+        dst.write(data)
+        count -= len(data)
 
 
 def _write(items: Any, target: Path, done: Converted) -> None:

@@ -15,6 +15,7 @@ back on its stdout (one JSON document a line) and its counters from its
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -246,6 +247,19 @@ class Watchers:
             lines = child.stderr().strip().splitlines()
             summaries[child.name] = (lines[-1] if lines else "") + ("" if code == 0 else f" (exit {code})")
         return summaries
+
+    def shipped_bytes(self) -> dict[int, int]:
+        """How far into each node's request log its shipper got (its state file's
+        position, saved once what came before was delivered): Kafka keeps
+        logging after the shippers stop, and a replay of the same bytes stops there."""
+        out = {}
+        for node in self.cluster.layout.nodes:
+            path = self.work / "state" / f"request-log-{node.node_id}.offset"
+            try:
+                out[node.node_id] = int(json.loads(path.read_text())["offset"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return out
 
     def stop(self) -> None:
         for child in self.shippers:

@@ -141,7 +141,7 @@ def lab_run(
         shipped = watchers.stop_shippers()
         counters = watchers.wait_until_judged(timeout_seconds=900)
         kafka_epochs = kafka_leader_epochs(cluster)
-        converted = convert_native(cluster, work / "envelopes", CLUSTER)
+        converted = convert_native(cluster, work / "envelopes", CLUSTER, watchers.shipped_bytes())
         judged = judge(converted.files, replay_config())
         skewed = dict(nemesis.skewed)
         yield LabRun(
