@@ -262,7 +262,8 @@ def test_simulate_then_replay_with_truth_agrees(tmp_path):
         "replay", "--no-progress", "--truth", "events.jsonl.truth.jsonl", "events.jsonl", cwd=tmp_path
     )
     assert run.returncode == 0, run.stderr
-    assert len(jsonl(run.stdout)) == len(truth)
+    # Possible violations (clock evidence allows them, not proves them) are not ground truth.
+    assert len([a for a in jsonl(run.stdout) if a["confidence"] == "certain"]) == len(truth)
     tables = summary_tables(run.stderr)
     ground_truth = next(rows for title, rows in tables.items() if title.startswith("ground truth"))
     resolutions = sum(t["status"] == "resolved" for t in truth)
