@@ -249,8 +249,9 @@ def violations_row() -> list[tuple[dict[str, Any], int, int]]:
                 "New possible violations per minute, by rule: each holds for some clock offsets its "
                 "node's evidence allows, not all (severity info; they page no one). The alert's "
                 "clock_condition says for which offsets; a bound on the node's clock "
-                "(--clock-bound-ms) makes it certain or clears it. " + ALERTS_BODY_NOTE,
-                [target(f"60 * sum by (rule) (rate({possible}{RATE}))", "{{rule}}")],
+                "(--clock-bound-ms) makes it certain or clears it. None is drawn as 0, not as no "
+                "data: a cluster with well-bounded clocks has none. " + ALERTS_BODY_NOTE,
+                [target(f"60 * sum by (rule) (rate({possible}{RATE})) or on() vector(0)", "{{rule}}")],
                 unit="suffix: /min",
                 stack=True,
                 bars=True,
