@@ -179,7 +179,7 @@ def test_a_record_over_the_limit_is_a_too_large_dead_letter(main, capsys, tmp_pa
     assert letter["position"] == f"{log}:1"
     assert "longer than the record size limit of 1000 bytes" in letter["reason"]
     assert "--max-record-bytes" in letter["reason"] and len(letter["raw"]) <= 2000
-    assert "1 records, 1 dead letters" in err
+    assert "1 records (no API=1), 1 dead letters" in err
 
 
 def test_the_record_limit_comes_from_the_environment(main, capsys, tmp_path, monkeypatch):
