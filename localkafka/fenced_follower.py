@@ -36,7 +36,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from localkafka.cluster import LocalKafkaCluster
 from localkafka.controller_link import ControllerLinkProxy
 from localkafka.fetch import KafkaJars, KafkaSetupError
-from localkafka.layout import HOST, NodeLayout
+from localkafka.layout import HOST
+from localkafka.scenario import ScenarioRun
 
 TOPIC = "fenced-follower"
 PARTITIONS = 3
@@ -48,14 +49,11 @@ _FENCE_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass
-class FencedFollowerRun:
-    """What one run did and where Kafka's own records of it are."""
+class FencedFollowerRun(ScenarioRun):
+    """What one run did (its files: :class:`ScenarioRun`)."""
 
-    version: str
     seed: int
     cut_broker: int
-    controller: NodeLayout
-    brokers: tuple[NodeLayout, ...]
     cut_started_ms: int = 0
     fenced_seen_ms: int = 0
     unfenced_seen_ms: int = 0
@@ -67,17 +65,6 @@ class FencedFollowerRun:
     # Kafka's own DumpLogSegments --cluster-metadata-decoder of the controller's
     # metadata log, printed after the cluster stopped.
     metadata_dump: str = ""
-
-    @property
-    def metadata_files(self) -> list[Path]:
-        """The controller's metadata log: its segments and snapshots, oldest first."""
-        directory = self.controller.metadata_dir
-        return sorted(directory.glob("*.checkpoint")) + sorted(directory.glob("*.log"))
-
-    @property
-    def request_logs(self) -> dict[int, Path]:
-        """Node id -> its request log (the controller's and every broker's)."""
-        return {node.node_id: node.request_log for node in (self.controller, *self.brokers)}
 
 
 def run_fenced_follower(
@@ -98,7 +85,7 @@ def run_fenced_follower(
     with _ProxiedCluster(jars, root, cut) as (cluster, proxy):
         if on_start is not None:
             on_start(cluster)
-        run = FencedFollowerRun(jars.version, seed, cut, cluster.controllers[0], cluster.brokers)
+        run = FencedFollowerRun(jars.version, cluster.controllers[0], cluster.brokers, seed, cut)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
         _wait_for_full_isr(admin, cut, timeout_seconds=30)

@@ -30,19 +30,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from localkafka.cluster import LocalKafkaCluster
 from localkafka.fetch import KafkaJars, KafkaSetupError
-from localkafka.layout import NodeLayout
+from localkafka.scenario import ScenarioRun
 
 TOPIC = "last-known-leader"
 _FENCE_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass
-class LastKnownLeaderRun:
-    """What one run did and where Kafka's own records of it are."""
+class LastKnownLeaderRun(ScenarioRun):
+    """What one run did (its files: :class:`ScenarioRun`)."""
 
-    version: str
-    controller: NodeLayout
-    brokers: tuple[NodeLayout, ...]
     # The brokers in the order they were killed (the partition's leader last).
     killed: list[int] = field(default_factory=list)
     metadata_dump: str = ""
@@ -50,15 +47,6 @@ class LastKnownLeaderRun:
     @property
     def last_leader(self) -> int:
         return self.killed[-1]
-
-    @property
-    def metadata_files(self) -> list[Path]:
-        directory = self.controller.metadata_dir
-        return sorted(directory.glob("*.checkpoint")) + sorted(directory.glob("*.log"))
-
-    @property
-    def request_logs(self) -> dict[int, Path]:
-        return {node.node_id: node.request_log for node in (self.controller, *self.brokers)}
 
 
 def run_last_known_leader(jars: KafkaJars, root: Path) -> LastKnownLeaderRun:
