@@ -26,6 +26,7 @@ COPY producers ./producers
 COPY streaming ./streaming
 COPY webhooks ./webhooks
 COPY localkafka ./localkafka
+COPY probe ./probe
 COPY fencewatch ./fencewatch
 RUN pip install . \
     && fencewatch --help > /dev/null \

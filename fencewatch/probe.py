@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from fencewatch.interrupts import signals_set
 from fencewatch.observability import add_observability_options, check_observability_paths, observability
 from fencewatch.options import add_bootstrap_servers_option, fail
-from fencewatch.probe_client import (
+from probe.client import (
     DEFAULT_REQUESTS_PER_SECOND,
     DEFAULT_TIMEOUT_SECONDS,
     ClusterRefused,
@@ -45,9 +45,10 @@ from fencewatch.probe_client import (
     Unanswered,
     client_settings,
 )
-from fencewatch.probe_report import record, table
-from fencewatch.probe_round import DEFAULT_MAX_PARTITIONS, Prober, RoundReport
-from fencewatch.probe_sinks import AlertSinks
+from probe.report import table
+from probe.round import DEFAULT_MAX_PARTITIONS, Prober, RoundReport
+from probe.service import ProbeService
+from probe.sinks import AlertSinks
 
 if TYPE_CHECKING:
     from streaming.metrics import Metrics
@@ -176,39 +177,6 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     add_probe_limits(group, prefix="probe-")
 
 
-class ProbeService:
-    """Rounds of ``prober``: each round's metrics counted and alerts delivered."""
-
-    def __init__(self, prober: Prober, sinks: AlertSinks, metrics: Metrics | None):
-        self.prober = prober
-        self.sinks = sinks
-        self.metrics = metrics
-        self.rounds = 0
-
-    def once(self) -> RoundReport:
-        report = self.prober.round()
-        self.rounds += 1
-        if self.metrics is not None:
-            record(self.metrics, report, time.time())
-        self.sinks.deliver(report.alerts, self.rounds)
-        return report
-
-    def every(self, interval_seconds: float, stop: threading.Event, say: TextIO) -> None:
-        """A round every ``interval_seconds`` until ``stop``; a failed round is said in
-        one line and the next one tries again."""
-        from streaming.sinks import DeliveryFailed
-
-        while not stop.is_set():
-            try:
-                report = self.once()
-                if report.alerts:
-                    counts = ", ".join(f"{r} {n}" for r, n in sorted(report.rule_counts().items()))
-                    print(f"fencewatch probe: round {self.rounds}: {counts}", file=say, flush=True)
-            except (Unanswered, ClusterRefused, DeliveryFailed) as exc:
-                print(f"fencewatch probe: round {self.rounds + 1} failed: {exc}", file=say, flush=True)
-            stop.wait(interval_seconds)
-
-
 def _client(
     prog: str, bootstrap_servers: str, settings: Mapping[str, str], args: Any, prefix: str
 ) -> ProbeClient:
@@ -321,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
         )
         sinks = AlertSinks(None if args.quiet else sys.stdout, topic, obs.webhooks)
         stack.callback(sinks.close)
-        service = ProbeService(_prober(client, args, ""), sinks, obs.metrics)
+        service = ProbeService(_prober(client, args, ""), sinks, obs.metrics, DeliveryFailed)
         try:
             report = _first_round(prog, service)
         except DeliveryFailed as exc:
@@ -351,12 +319,12 @@ def beside_job(
         yield
         return
     prog = "fencewatch run"
-    from streaming.sinks import TopicSink
+    from streaming.sinks import DeliveryFailed, TopicSink
 
     client = _client(prog, args.bootstrap_servers, settings, args, "probe_")
     _connect(prog, client, settings)
     sinks = AlertSinks(console, TopicSink(args.bootstrap_servers, args.alerts_topic, settings), webhooks)
-    service = ProbeService(_prober(client, args, "probe_"), sinks, metrics)
+    service = ProbeService(_prober(client, args, "probe_"), sinks, metrics, DeliveryFailed)
     stop = threading.Event()
     thread = threading.Thread(
         target=service.every,

@@ -229,7 +229,7 @@ class DetectorCollector(Collector):
 
 class Metrics:
     """The job's metrics on one registry: detector snapshots, the query's
-    progress, the sinks, webhook delivery and the probe (fencewatch.probe).
+    progress, the sinks, webhook delivery and the probe (probe.report.record).
 
     ``job``: whether the process runs the streaming job; ``fencewatch probe`` alone
     exports no query, source or sink series (a query that never ran would read as
@@ -241,7 +241,7 @@ class Metrics:
         registry.register(self.detector)
         self.build = Info("fencewatch_build", "fencewatch version", registry=registry)
 
-        # ---- the probe (fed by fencewatch.probe) ----
+        # ---- the probe (fed by probe.report.record) ----
         self.probe_requests = Counter(
             "fencewatch_probe_requests",
             "Probe requests, by Kafka API and outcome (conforming, deviating, other_error, failed; "

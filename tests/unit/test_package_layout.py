@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("detectors", "producers", "webhooks", "streaming", "localkafka", "fencewatch")
+PACKAGES = ("detectors", "producers", "webhooks", "streaming", "localkafka", "probe", "fencewatch")
 # package -> the project packages it may import besides itself
 ALLOWED = {
     "detectors": set(),
@@ -21,7 +21,9 @@ ALLOWED = {
     "streaming": {"detectors", "webhooks"},
     # The real Kafka that fencewatch watches is no part of its judgment.
     "localkafka": set(),
-    "fencewatch": {"detectors", "producers", "webhooks", "streaming", "localkafka"},
+    # The command hands the probe the job's metrics and alerts topic.
+    "probe": {"detectors", "webhooks"},
+    "fencewatch": {"detectors", "producers", "webhooks", "streaming", "localkafka", "probe"},
 }
 
 

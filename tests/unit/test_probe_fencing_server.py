@@ -29,9 +29,9 @@ from fencing_server import (
 )
 
 from detectors.probe_rules import PROBE_RULES, Kind
-from fencewatch.probe_client import ProbeClient
-from fencewatch.probe_report import record, table
-from fencewatch.probe_round import Prober, RoundReport
+from probe.client import ProbeClient
+from probe.report import record, table
+from probe.round import Prober, RoundReport
 from streaming.broker import free_port
 from streaming.metrics import Metrics
 
@@ -435,7 +435,7 @@ def test_a_canary_stopped_during_its_first_round_finishes_it_and_exits_130(
 
 
 def test_the_pacer_spaces_requests_to_one_broker_and_not_across_brokers():
-    from fencewatch.probe_client import Pacer
+    from probe.client import Pacer
 
     now = [100.0]
     pacer = Pacer(20.0, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
@@ -449,7 +449,7 @@ def test_the_pacer_spaces_requests_to_one_broker_and_not_across_brokers():
 
 
 def test_librdkafka_tls_and_sasl_settings_map_to_the_probe_client():
-    from fencewatch.probe_client import client_settings
+    from probe.client import client_settings
 
     mapped = client_settings(
         {

@@ -6,16 +6,27 @@ process; the outbox and the topic's readers de-duplicate across restarts."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import orjson
 
 from detectors.alerts import Alert
 
 if TYPE_CHECKING:
-    from streaming.sinks import TopicSink
     from webhooks import Dispatcher
+
+
+class AlertTopic(Protocol):
+    """The alerts topic as streaming.sinks.TopicSink writes it; the command passes one
+    in (the probe does not import the job)."""
+
+    def undelivered(self, rows: Iterable[Any]) -> list[Any]: ...
+
+    def publish(self, rows: list[Any], batch_id: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +44,7 @@ class AlertSinks:
     def __init__(
         self,
         console: TextIO | None,
-        topic: TopicSink | None = None,
+        topic: AlertTopic | None = None,
         webhooks: Dispatcher | None = None,
     ):
         self.console = console

@@ -1,6 +1,6 @@
 """One probe round: read Metadata, ask each partition's leader (and a follower) at
 the current, a future and a past epoch, judge the answers, and confirm each
-deviation after reading Metadata again. See fencewatch.probe_rules for what Kafka
+deviation after reading Metadata again. See detectors.probe_rules for what Kafka
 answers and why."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from detectors.alerts import Alert
 from detectors.engine import wall_clock_ms
 from detectors.probe_rules import Asked, Kind, deviation_alert, epoch_to_send, judge
 from detectors.rules.base import Rule
-from fencewatch.probe_client import ProbeClient, Unanswered
-from fencewatch.probe_wire import (
+from probe.client import ProbeClient, Unanswered
+from probe.wire import (
     APIS,
     LIST_OFFSETS,
     OFFSET_FOR_LEADER_EPOCH,

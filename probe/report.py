@@ -4,16 +4,26 @@ broker and API, one column per kind of probe) and the fencewatch_probe_* metrics
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from detectors.errors import error_name
 from detectors.probe_rules import EXPECTED, PROBE_RULES, Asked, Kind, Verdict, judge
-from fencewatch.probe_round import FAILED, UNSUPPORTED, RoundReport
+from probe.round import FAILED, UNSUPPORTED, RoundReport
 
 if TYPE_CHECKING:
-    from streaming.metrics import Metrics
+    from prometheus_client import Counter as CounterMetric
+    from prometheus_client import Gauge
 
 COLUMNS = tuple(Kind)
+
+
+class ProbeMetrics(Protocol):
+    """The fencewatch_probe_* series a round is counted in; streaming.metrics.Metrics
+    has them, and the command passes it in (the probe does not import the job)."""
+
+    probe_requests: CounterMetric
+    probe_deviations: CounterMetric
+    probe_last_success: Gauge
 
 
 def _key(a: Asked) -> tuple[int, str, Kind, str, int]:
@@ -81,7 +91,7 @@ def table(report: RoundReport) -> str:
     return "\n".join(text)
 
 
-def record(metrics: Metrics, report: RoundReport, now_seconds: float) -> None:
+def record(metrics: ProbeMetrics, report: RoundReport, now_seconds: float) -> None:
     """Count the round's requests and confirmed deviations; stamp a complete round."""
     cluster = report.cluster
     for rule in PROBE_RULES:

@@ -17,7 +17,7 @@ import kafka.errors
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.metadata import MetadataRequest
 
-from fencewatch.probe_wire import METADATA_EPOCH_SINCE, ClusterView, cluster_view, metadata_request
+from probe.wire import METADATA_EPOCH_SINCE, ClusterView, cluster_view, metadata_request
 
 # kafka-python logs every failed connection attempt at WARNING and ERROR; with no
 # handler, Python would print them on stderr. The command says what failed in one
