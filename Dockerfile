@@ -27,6 +27,7 @@ COPY streaming ./streaming
 COPY webhooks ./webhooks
 COPY localkafka ./localkafka
 COPY probe ./probe
+COPY incidents ./incidents
 COPY fencewatch ./fencewatch
 RUN pip install . \
     && fencewatch --help > /dev/null \

@@ -1,6 +1,5 @@
-"""``fencewatch report``: the incident report (fencewatch.incident_report) of a
-running job, from its alerts topic; and the writing that ``fencewatch replay
---report`` shares.
+"""``fencewatch report``: the incident report (incidents.page) of a running job,
+from its alerts topic.
 
 The topic is read from its start to the end offsets it has when the command
 starts, so the report is of a fixed set of alerts however fast new ones come.
@@ -11,19 +10,14 @@ evidence (``replay --report`` draws the detector's view as well).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING
 
-from detectors.alerts import FIRING, STATUSES
-from detectors.config import DetectorConfig
-from fencewatch.incident_report import DEFAULT_MAX_PER_RULE, IncidentReport
-from fencewatch.incident_timelines import from_evidence
 from fencewatch.options import (
     ALERTS_TOPIC,
     add_bootstrap_servers_option,
@@ -32,10 +26,12 @@ from fencewatch.options import (
     fail,
     output_file,
 )
+from incidents.alert_records import not_an_alert
+from incidents.page import DEFAULT_MAX_PER_RULE, IncidentReport
+from incidents.timelines import from_evidence
+from incidents.writing import write_report
 from streaming.sinks import BROKER_TIMEOUT_S, DeliveryFailed, TopicSink
 
-# The fields of SPEC 3 a timeline and the summary need; a record without them is no alert.
-REQUIRED_FIELDS = ("alert_id", "rule", "severity", "ts_ms", "detected_ms", "message")
 SHOWN_SKIPPED = 10
 
 
@@ -135,62 +131,3 @@ def read_alerts(bootstrap_servers: str, topic: str, timeout_s: float) -> Iterato
                 yield where, value
     finally:
         sink.close()
-
-
-def not_an_alert(record: Any) -> str | None:
-    """Why ``record`` cannot be reported as a SPEC 3 alert, or None."""
-    if not isinstance(record, dict):
-        return "not a JSON object"
-    missing = [name for name in REQUIRED_FIELDS if name not in record]
-    if missing:
-        return f"no {', '.join(missing)}"
-    if not all(isinstance(record[name], str) for name in ("alert_id", "rule", "severity", "message")):
-        return "alert_id, rule, severity and message must be strings"
-    if not all(isinstance(record[name], int) for name in ("ts_ms", "detected_ms")):
-        return "ts_ms and detected_ms must be integers"
-    if record.get("status", FIRING) not in STATUSES:
-        return f"status must be one of {', '.join(STATUSES)}"
-    if not _ints_or_null(record, ("node", "partition")):
-        return "node and partition must be integers or null"
-    links = record.get("links", [])
-    if not isinstance(links, list) or not all(isinstance(link, str) for link in links):
-        return "links must be a list of strings"
-    evidence = record.get("evidence", [])
-    if not isinstance(evidence, list) or not all(
-        isinstance(e, dict) and isinstance(e.get("ts_ms"), int) and _ints_or_null(e, ("node", "offset"))
-        for e in evidence
-    ):
-        return (
-            "evidence must be a list of objects with an integer ts_ms, and node and offset integers or null"
-        )
-    return None
-
-
-def _ints_or_null(record: dict[str, Any], names: Sequence[str]) -> bool:
-    return all(record.get(name) is None or type(record.get(name)) is int for name in names)
-
-
-def replay_report(files: Sequence[str], config: DetectorConfig) -> IncidentReport:
-    """The report ``fencewatch replay --report`` fills."""
-    named = ", ".join("stdin" if f == "-" else os.path.basename(f) for f in files)
-    return IncidentReport(title=f"fencewatch incident report: replay of {named}", grace_ms=config.grace_ms)
-
-
-def write_report(prog: str, report: IncidentReport, path: str) -> int:
-    """Write the page beside ``path`` and rename it over, so a reader never
-    opens half a report. Returns the exit code."""
-    page = report.html()
-    partial_path = f"{path}.partial"
-    try:
-        with open(partial_path, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.replace(partial_path, path)
-    except OSError as exc:
-        print(f"{prog}: cannot write the report {path}: {exc.strerror}", file=sys.stderr)
-        return 1
-    drawn = sum(len(v) for v in report.drawn.values())
-    print(
-        f"{prog}: wrote {path} ({len(page.encode()) // 1024} KiB): {report.total} alerts, {drawn} timelines",
-        file=sys.stderr,
-    )
-    return 0

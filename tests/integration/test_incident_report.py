@@ -23,7 +23,7 @@ import pytest
 from report_browser import PageState, chromium, missing_browser, rendered
 
 from fencewatch.cli import main as fencewatch
-from fencewatch.incident_timelines import FROM_EVIDENCE, FROM_VIEW
+from incidents.timelines import FROM_EVIDENCE, FROM_VIEW
 from streaming.broker import EmbeddedBroker
 from streaming.sinks import TopicSink
 

@@ -12,9 +12,9 @@ from test_option_paths import fencewatch
 from test_rules_remote import elect_broker_2, update, upload
 
 from detectors.engine import Detector
-from fencewatch.incident_report import IncidentReport, Timeline
-from fencewatch.incident_timelines import FROM_EVIDENCE, FROM_VIEW, from_detector, from_evidence
-from fencewatch.report import not_an_alert
+from incidents.alert_records import not_an_alert
+from incidents.page import IncidentReport, Timeline
+from incidents.timelines import FROM_EVIDENCE, FROM_VIEW, from_detector, from_evidence
 from producers import shapes as s
 
 GRACE_MS = 2000

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("detectors", "producers", "webhooks", "streaming", "localkafka", "probe", "fencewatch")
+PACKAGES = ("detectors", "producers", "webhooks", "streaming", "localkafka", "probe", "incidents", "fencewatch")
 # package -> the project packages it may import besides itself
 ALLOWED = {
     "detectors": set(),
@@ -23,7 +23,8 @@ ALLOWED = {
     "localkafka": set(),
     # The command hands the probe the job's metrics and alerts topic.
     "probe": {"detectors", "webhooks"},
-    "fencewatch": {"detectors", "producers", "webhooks", "streaming", "localkafka", "probe"},
+    "incidents": {"detectors"},
+    "fencewatch": {"detectors", "producers", "webhooks", "streaming", "localkafka", "probe", "incidents"},
 }
 
 

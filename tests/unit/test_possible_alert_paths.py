@@ -21,8 +21,8 @@ from detectors.alerts import Alert
 from detectors.config import ALL_NODES, DetectorConfig
 from detectors.engine import Detector
 from detectors.render import alert_line
-from fencewatch.incident_report import IncidentReport
-from fencewatch.incident_timelines import from_evidence
+from incidents.page import IncidentReport
+from incidents.timelines import from_evidence
 from streaming.metrics import Metrics
 from streaming.schema import alert_row
 from webhooks.payloads import render

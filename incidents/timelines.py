@@ -1,4 +1,4 @@
-"""Timelines for the incident report (fencewatch.incident_report), gathered
+"""Timelines for the incident report (incidents.page), gathered
 either from a running Detector's views or from an alert alone.
 
 ``from_detector`` is called as an alert leaves the detector (replay drains
@@ -26,7 +26,7 @@ from detectors.engine import Detector
 from detectors.history import History
 from detectors.render import iso_utc, where
 from detectors.view import BrokerState, PartitionState, own_topic_key
-from fencewatch.incident_report import EpochStep, Mark, Span, Timeline
+from incidents.page import EpochStep, Mark, Span, Timeline
 
 METADATA_LANE = "metadata log"
 REMOTE_LANE = "remote log metadata"

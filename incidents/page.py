@@ -2,7 +2,7 @@
 page out (SPEC 4, ``fencewatch replay --report`` and ``fencewatch report``).
 
 Pure: nothing here reads input or knows the detector. A :class:`Timeline` is
-what one alert's chart shows (fencewatch.incident_timelines gathers them); the
+what one alert's chart shows (incidents.timelines gathers them); the
 page is a summary per rule and severity, then, per rule, the first
 ``max_per_rule`` alerts each with its chart and evidence. plotly.js is inlined
 once in the page's head, so the file opens offline and every chart reuses it.
