@@ -28,33 +28,29 @@ error, 130 stopped by SIGINT/SIGTERM (the summary says how far it got).
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
 import sys
-from collections.abc import Iterator
 from contextlib import ExitStack
-from io import BufferedReader
-from typing import IO, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from detectors.envelope import MAX_TS_MS, DeadLetter, Envelope, dumps
-from detectors.file_kinds import SNIFF_BYTES, SNIFF_LINES, FileKind, sniff
-from detectors.lines import peek_lines
-from detectors.parse_metadata_dump import MetadataDumpStats, iter_metadata_dump
-from detectors.parse_quorum_state import QuorumStateStats, parse_quorum_state
-from detectors.parse_remote_log_metadata import RemoteLogMetadataStats, iter_remote_log_metadata
-from detectors.parse_request_log import RequestLogStats, iter_request_log, unread_account
-from detectors.rules import READ_APIS
+from detectors.envelope import MAX_TS_MS, Envelope, dumps
+from detectors.file_kinds import FileKind
+from detectors.parse_metadata_dump import MetadataDumpStats
+from detectors.parse_native import Stats, parse_input
+from detectors.parse_quorum_state import QuorumStateStats
+from detectors.parse_remote_log_metadata import RemoteLogMetadataStats
+from detectors.parse_request_log import RequestLogStats, unread_account
 from fencewatch.dead_letters import SHOWN_ON_STDERR, DeadLetterOutput
+from fencewatch.inputs import open_input, peek_kind, wrong_kind
 from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import add_record_limit_option, input_files, output_file
+from fencewatch.summaries import by_name
 
 REQUEST_LOG = "request-log"
 METADATA_DUMP = "metadata-dump"
 QUORUM_STATE = "quorum-state"
 REMOTE_LOG_METADATA = "remote-log-metadata"
 METADATA_LOG = "metadata-log"  # binary files: fencewatch.convert_metadata_log
-Stats = RequestLogStats | MetadataDumpStats | QuorumStateStats | RemoteLogMetadataStats
 # What each format counts (every input line or file is accounted for in its summary).
 _STATS: dict[str, type[Stats]] = {
     REQUEST_LOG: RequestLogStats,
@@ -252,54 +248,6 @@ def run(args: argparse.Namespace) -> int:
     return 130 if stopped else 1 if unusable and not _usable(stats)[0] else 0
 
 
-def peek_kind(stream: IO[bytes]) -> tuple[FileKind, BufferedReader]:
-    """What kind of file ``stream`` looks like from its first lines, and a
-    stream that reads it from its start (stdin included)."""
-    head, again = peek_lines(stream, SNIFF_LINES, SNIFF_BYTES)  # type: ignore[arg-type]  # buffered: has read1
-    return sniff(head), again
-
-
-def convert_command(kind: FileKind, name: str, cluster: str = "C", node: str = "N") -> str | None:
-    """The fencewatch command that reads a file of ``kind``, or None."""
-    path = shlex.quote(name)
-    commands = {
-        FileKind.REQUEST_LOG: f"fencewatch convert request-log --cluster {cluster} --node {node} {path}",
-        FileKind.METADATA_DUMP: f"fencewatch convert metadata-dump --cluster {cluster} {path}",
-        FileKind.QUORUM_STATE: f"fencewatch convert quorum-state --cluster {cluster} --node {node} {path}",
-        FileKind.REMOTE_LOG_METADATA: f"fencewatch convert remote-log-metadata --cluster {cluster} {path}",
-        FileKind.ENVELOPES: f"fencewatch replay {path}",
-    }
-    return commands.get(kind)
-
-
-def wrong_kind(
-    name: str, kind: FileKind, wanted: FileKind, cluster: str = "C", node: str = "N"
-) -> str | None:
-    """One line saying that input ``name``, of ``kind``, is not the ``wanted``
-    kind and what reads it; None when it may be the wanted kind (it is, or
-    nothing in its first lines says otherwise)."""
-    may_be = (wanted, FileKind.UNKNOWN, FileKind.EMPTY)
-    if kind in may_be or (kind is FileKind.LOG4J and wanted is FileKind.REQUEST_LOG):
-        return None
-    shown = "stdin" if name == "-" else name
-    head = f"{shown} looks like {kind.value}, not {wanted.value}"
-    if kind is FileKind.BINARY:
-        return (
-            f"{head}: fencewatch reads text here; a metadata log segment or snapshot is read by "
-            f"`fencewatch convert metadata-log --cluster {cluster} {shlex.quote(name)}`"
-        )
-    # A request log may open with other loggers' lines (the broker starting):
-    # read as one, it gives its entries or says that it has none.
-    command = convert_command(FileKind.REQUEST_LOG if kind is FileKind.LOG4J else kind, name, cluster, node)
-    if wanted is FileKind.ENVELOPES:
-        stem = "stdin" if name == "-" else os.path.splitext(os.path.basename(name))[0]
-        converted = shlex.quote(f"{stem}.jsonl")
-        return f"{head}: convert it first with `{command} > {converted}`, then replay {converted}"
-    if kind is FileKind.ENVELOPES:
-        return f"{head}: it is converted already: run `{command}`"
-    return f"{head}: run `{command}`"
-
-
 def _usable(stats: Stats) -> tuple[int, int, int]:
     """Records so far (request entries left out for their API included: the
     input is a request log, of APIs no rule reads), lines (files, for
@@ -332,79 +280,6 @@ def _no_record(
             "kafka.request.logger at DEBUG, to kafka-request.log"
         )
     return f"{head}; it looks like {kind.value} -- `fencewatch convert --help` lists the formats it reads"
-
-
-def open_input(name: str, stack: ExitStack) -> IO[bytes]:
-    """The input ``name`` ('-': stdin) opened in binary, closed with ``stack``."""
-    # Binary: bytes that are not UTF-8 must become dead letters, not a crash.
-    if name == "-":
-        return sys.stdin.buffer
-    return stack.enter_context(open(name, "rb"))
-
-
-def parse_input(
-    stream: IO[bytes],
-    stats: Stats,
-    *,
-    source: str,
-    cluster: str,
-    node: int | None,
-    max_record_bytes: int,
-    tz: str = "UTC",
-    ts_ms: int | None = None,
-    all_apis: bool = False,
-) -> Iterator[Envelope | DeadLetter]:
-    """The envelopes and dead letters of one input, read with the parser of the
-    format whose stats ``stats`` is (``_STATS``); ``fencewatch ship`` reads its
-    dump-like inputs with it too.
-
-    node: the writer, for the formats that do not name it (ignored for
-    remote-log-metadata, whose records do); required for request-log and
-    quorum-state (ValueError). tz: request-log only. ts_ms: quorum-state only,
-    when the state was seen, epoch ms (default: the file's modification time).
-    all_apis: request-log only, keep the entries of the APIs no rule reads
-    (detectors.rules.READ_APIS), which are otherwise counted in the stats.
-    """
-    if isinstance(stats, RemoteLogMetadataStats):
-        return iter_remote_log_metadata(
-            stream, source=source, cluster=cluster, stats=stats, max_record_bytes=max_record_bytes
-        )
-    if isinstance(stats, QuorumStateStats):
-        if node is None:
-            raise ValueError("quorum-state needs the node whose file it is (the file names none)")
-        if ts_ms is None:
-            ts_ms = os.fstat(stream.fileno()).st_mtime_ns // 1_000_000
-        item = parse_quorum_state(
-            stream,
-            source=source,
-            cluster=cluster,
-            node=node,
-            ts_ms=ts_ms,
-            stats=stats,
-            max_record_bytes=max_record_bytes,
-        )
-        return iter((item,))
-    if isinstance(stats, RequestLogStats):
-        if node is None:
-            raise ValueError("request-log needs the node that wrote it")
-        return iter_request_log(
-            stream,
-            source=source,
-            cluster=cluster,
-            node=node,
-            tz=tz,
-            stats=stats,
-            max_record_bytes=max_record_bytes,
-            apis=None if all_apis else READ_APIS,
-        )
-    return iter_metadata_dump(
-        stream, source=source, cluster=cluster, node=node, stats=stats, max_record_bytes=max_record_bytes
-    )
-
-
-def by_name(counts: dict[str, int]) -> str:
-    """`` (A=1, B=2)``, sorted by name; "" for no counts."""
-    return " (" + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) + ")" if counts else ""
 
 
 def _unread_apis(stats: RequestLogStats) -> str:

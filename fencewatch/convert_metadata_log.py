@@ -20,10 +20,11 @@ import sys
 
 from detectors.envelope import Envelope, dumps
 from detectors.file_kinds import SNIFF_BYTES, sniff
-from fencewatch.convert import by_name, convert_command
 from fencewatch.dead_letters import DeadLetterOutput
+from fencewatch.inputs import convert_command
 from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import input_files, output_file
+from fencewatch.summaries import by_name
 from producers.metadata_log import HEADER_SIZE_UP_TO_MAGIC, MAGIC, MetadataLogStats, iter_metadata_log_file
 
 PROG = "fencewatch convert"

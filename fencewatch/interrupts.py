@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -53,3 +53,22 @@ def signals_set(stop: threading.Event) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT ask for a clean stop (flush, save the position) instead of dying."""
+    previous: dict[signal.Signals, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # Outside the main thread signals cannot be set: leave them alone.
+        with contextlib.suppress(ValueError):
+            previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)

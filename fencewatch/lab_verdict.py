@@ -27,11 +27,11 @@ from detectors.config import DetectorConfig
 from detectors.engine import Detector
 from detectors.envelope import DeadLetter, Envelope, dumps
 from detectors.merge import merge_sources
+from detectors.parse_native import parse_input
 from detectors.parse_quorum_state import QuorumStateStats
 from detectors.parse_remote_log_metadata import RemoteLogMetadataStats
 from detectors.parse_request_log import RequestLogStats
 from detectors.sources import EnvelopeLineStats, read_envelopes
-from fencewatch.convert import parse_input
 from localkafka.cluster import LocalKafkaCluster
 from producers.metadata_log import MetadataLogStats, iter_metadata_log_file
 from producers.remote_log_metadata_records import TopicRecord, iter_topic_records

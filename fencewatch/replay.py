@@ -24,8 +24,8 @@ from detectors.gc_tuning import tune_for_detector
 from detectors.merge import merge_sources
 from detectors.sources import EnvelopeLineStats, open_inputs, read_envelopes
 from detectors.truth import confusion
-from fencewatch.convert import peek_kind, wrong_kind
 from fencewatch.dead_letters import SHOWN_ON_STDERR, DeadLetterOutput
+from fencewatch.inputs import peek_kind, wrong_kind
 from fencewatch.interrupts import sigterm_as_interrupt
 from fencewatch.options import (
     add_detector_options,

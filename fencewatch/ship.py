@@ -55,23 +55,31 @@ keeps the last confirmed position); 2 usage.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
-from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from typing import Any, TypeVar
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from detectors.parse_metadata_dump import MetadataDumpStats
+from detectors.parse_native import parse_input
 from detectors.parse_quorum_state import FILE_NAME as QUORUM_STATE_FILE_NAME
 from detectors.parse_remote_log_metadata import RemoteLogMetadataStats
-from fencewatch.convert import open_input, parse_input
-from fencewatch.options import add_record_limit_option, input_file, input_files, output_file
+from fencewatch.inputs import open_input
+from fencewatch.interrupts import stop_on_signals
+from fencewatch.options import add_record_limit_option, input_file, input_files
+from fencewatch.shipping import (
+    STATE_SUFFIX,
+    add_kafka_options,
+    load_state,
+    open_publisher,
+    publisher_from_args,
+    say,
+    ship_until_stopped,
+    state_path_for,
+)
 from producers.dump_shipper import METADATA_DUMP, REMOTE_LOG_METADATA, DumpShipper
 from producers.kafka_publisher import (
-    SASL_PASSWORD_ENV,
     DeliveryError,
     KafkaPublisher,
     parse_config_pairs,
@@ -80,93 +88,15 @@ from producers.quorum_state_shipper import FORMAT as QUORUM_STATE
 from producers.quorum_state_shipper import QuorumStateShipper, quorum_state_path
 from producers.request_log_shipper import FORMAT as REQUEST_LOG
 from producers.request_log_shipper import RequestLogShipper
-from producers.tail import FileFollower, SavedState, StateError, StateFile
-
-P = TypeVar("P")  # a saved position (load_state)
+from producers.tail import FileFollower, StateFile
 
 METADATA_LOG = "metadata-log"  # fencewatch.ship_metadata_log
-STATE_SUFFIX = ".fencewatch-offset"
-BOOTSTRAP_ENV = "FENCEWATCH_BOOTSTRAP_SERVERS"
-TOPIC_ENV = "FENCEWATCH_TOPIC"
 DEAD_LETTER_TOPIC_ENV = "FENCEWATCH_DEAD_LETTER_TOPIC"
 SOURCE_BOOTSTRAP_ENV = "FENCEWATCH_SOURCE_BOOTSTRAP_SERVERS"
 SOURCE_SASL_PASSWORD_ENV = "FENCEWATCH_SOURCE_SASL_PASSWORD"
 REMOTE_TOPIC_STATE_FILE = "remote-log-metadata.fencewatch-offset"
 _MAX_NODE_ID = 2147483647
 _MAX_CLUSTER_CHARS = 249
-
-
-def _say(message: str) -> None:
-    print(f"fencewatch ship: {message}", file=sys.stderr, flush=True)
-
-
-# -- options shared with `fencewatch simulate` ---------------------------------
-
-
-def add_kafka_options(parser: argparse.ArgumentParser, *, from_env: bool = True) -> None:
-    """``--bootstrap-servers``, ``--topic`` and repeatable ``--kafka-config KEY=VALUE``.
-
-    from_env: take the defaults of the first two from ``$FENCEWATCH_BOOTSTRAP_SERVERS``
-    and ``$FENCEWATCH_TOPIC`` (off where giving them changes what a command does).
-    """
-    group = parser.add_argument_group("kafka")
-    bootstrap_help = "broker list host:port[,host:port...]"
-    topic_help = "topic the envelopes are published to"
-    if from_env:
-        bootstrap_help += f" (env {BOOTSTRAP_ENV})"
-        topic_help += f" (env {TOPIC_ENV})"
-    group.add_argument(
-        "--bootstrap-servers",
-        metavar="HOSTS",
-        default=os.environ.get(BOOTSTRAP_ENV) if from_env else None,
-        help=bootstrap_help,
-    )
-    group.add_argument("--topic", default=os.environ.get(TOPIC_ENV) if from_env else None, help=topic_help)
-    group.add_argument(
-        "--kafka-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra librdkafka producer setting, repeatable (TLS/SASL: security.protocol, "
-        "ssl.ca.location, sasl.mechanism, sasl.username, ...). The SASL password may come "
-        f"from env {SASL_PASSWORD_ENV} instead of the command line; secrets are never printed",
-    )
-
-
-def publisher_from_args(args: argparse.Namespace, *, dead_letter_topic: str | None = None) -> KafkaPublisher:
-    """A publisher for the parsed Kafka options; ValueError names a usage problem."""
-    if not args.bootstrap_servers:
-        raise ValueError(f"--bootstrap-servers is required (or set {BOOTSTRAP_ENV})")
-    if not args.topic:
-        raise ValueError(f"--topic is required (or set {TOPIC_ENV})")
-    extra = parse_config_pairs(args.kafka_config)
-    return KafkaPublisher(
-        args.bootstrap_servers, args.topic, dead_letter_topic=dead_letter_topic, config=extra
-    )
-
-
-def open_publisher(publisher: KafkaPublisher, prog: str, args: argparse.Namespace | None = None) -> bool:
-    """Create the producer so bad settings fail before any input is read; report and return False.
-
-    With ``args``, also ask the brokers once: a listener that refuses the
-    client's settings (credentials, an untrusted certificate, TLS on one side
-    only) ends the command in one line, as no retry can mend it; brokers that
-    do not answer are waited for, the publisher saying so once."""
-    from confluent_kafka import KafkaException
-
-    try:
-        publisher.open()
-    except (KafkaException, ValueError, TypeError) as exc:
-        print(f"{prog}: invalid Kafka settings: {exc}", file=sys.stderr)
-        return False
-    if args is not None:
-        from fencewatch.kafka_preflight import check_kafka, kafka_settings
-
-        settings = kafka_settings(prog, args.kafka_config)
-        check_kafka(
-            prog, args.bootstrap_servers, settings, args.topic, topic_must_exist=False, must_reach=False
-        )
-    return True
 
 
 # -- command line ----------------------------------------------------------------
@@ -443,29 +373,6 @@ def run(args: argparse.Namespace) -> int:
 # -- request-log -------------------------------------------------------------------
 
 
-def state_path_for(file: str, state_file: str | None) -> str:
-    """Where the position of ``file`` is kept: ``--state-file``, a file in that
-    directory if it is one, or ``FILE.fencewatch-offset``."""
-    if state_file and os.path.isdir(state_file):
-        return os.path.join(state_file, os.path.basename(file) + STATE_SUFFIX)
-    return state_file or file + STATE_SUFFIX
-
-
-def load_state(prog: str, state: SavedState[P]) -> tuple[bool, P | None]:
-    """Check a following shipper's state file and load the position saved in
-    it (None: none yet). The file is named by its option even when it is the
-    default, so the message says how to move it. A file that cannot be used is
-    said in one line: (False, None)."""
-    if os.path.lexists(state.path):
-        input_file(prog, state.path, "--state-file")
-    output_file(prog, state.path, "--state-file", with_siblings=True)  # saved by rename (tail.write_state)
-    try:
-        return True, state.load()
-    except StateError as exc:
-        print(f"{prog}: {exc} -- move it away to start over", file=sys.stderr)
-        return False, None
-
-
 def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
     state = StateFile(state_path_for(args.file, args.state_file))
     if os.path.lexists(args.file):  # it may appear later, unless --once
@@ -494,7 +401,7 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
         tz=args.tz,
         status_interval_seconds=args.status_interval,
         flush_timeout_seconds=args.flush_timeout,
-        status=_say,
+        status=say,
         max_record_bytes=args.max_record_bytes,
         all_apis=args.all_apis,
     )
@@ -506,62 +413,16 @@ def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: 
         poll_interval_seconds=args.poll_interval,
         sleep=publisher.poll,  # serve delivery reports while waiting for data
         on_idle=shipper.on_idle,
-        on_notice=_say,
+        on_notice=say,
         max_line_bytes=args.max_record_bytes,
     )
-    return _ship_until_stopped(
+    return ship_until_stopped(
         prog,
         lambda: shipper.run(follower),
         follower.stop,
         shipper.summary,
         undelivered_note=f"; state kept at the last confirmed position in {state.path}",
     )
-
-
-def _ship_until_stopped(
-    prog: str,
-    ship: Callable[[], None],
-    stop: Callable[[], None],
-    summary: Callable[[], str],
-    *,
-    undelivered_note: str = "",
-    read_error: Callable[[Exception], str] = str,
-) -> int:
-    """Run a following shipper (``ship``) with SIGTERM/SIGINT as a clean stop
-    (``stop``), report how it ended, and return the exit code: 0, or 1 when
-    records could not be delivered (``undelivered_note`` says what was kept) or
-    the input could not be read (``read_error`` says so)."""
-    with _stop_on_signals(stop):
-        try:
-            ship()
-        except DeliveryError as exc:
-            print(f"{prog}: {exc}", file=sys.stderr)
-            _say(summary() + undelivered_note)
-            return 1
-        except (OSError, StateError) as exc:
-            print(f"{prog}: {read_error(exc)}", file=sys.stderr)
-            return 1
-    _say(summary())
-    return 0
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
-    """SIGTERM and SIGINT ask for a clean stop (flush, save the position) instead of dying."""
-    previous: dict[signal.Signals, Any] = {}
-
-    def handler(signum: int, frame: Any) -> None:
-        stop()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        # Outside the main thread signals cannot be set: leave them alone.
-        with contextlib.suppress(ValueError):
-            previous[signum] = signal.signal(signum, handler)
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 # -- metadata-dump, remote-log-metadata --------------------------------------------
@@ -593,7 +454,7 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
             node=node,
             flush_timeout_seconds=args.flush_timeout,
         )
-        with _stop_on_signals(shipper.stop):
+        with stop_on_signals(shipper.stop):
             try:
                 for name, stream in inputs:
                     source = "stdin" if name == "-" else name
@@ -616,7 +477,7 @@ def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) 
         if isinstance(stats, MetadataDumpStats)
         else f"{stats.other_lines} other lines skipped"
     )
-    _say(
+    say(
         f"{args.format}: {len(inputs)} file(s), {stats.lines} lines: {s.envelopes} records "
         f"shipped, {stats.dead_letters} dead letters ({s.delivered} delivered), {skipped}"
         + ("; stopped early by a signal" if shipper.stopped else "")
@@ -676,7 +537,7 @@ def _run_remote_topic(args: argparse.Namespace, publisher: KafkaPublisher, prog:
         cluster=args.cluster,
         status_interval_seconds=args.status_interval,
         flush_timeout_seconds=args.flush_timeout,
-        status=_say,
+        status=say,
     )
     reader = TopicReader(
         config,
@@ -686,7 +547,7 @@ def _run_remote_topic(args: argparse.Namespace, publisher: KafkaPublisher, prog:
         on_idle=shipper.on_idle,
     )
 
-    return _ship_until_stopped(
+    return ship_until_stopped(
         prog,
         lambda: shipper.run(reader),
         reader.stop,
@@ -716,13 +577,13 @@ def _run_quorum_state(args: argparse.Namespace, publisher: KafkaPublisher, prog:
         status_interval_seconds=args.status_interval,
         flush_timeout_seconds=args.flush_timeout,
         max_record_bytes=args.max_record_bytes,
-        status=_say,
+        status=say,
     )
 
     def read_error(exc: Exception) -> str:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         return f"cannot read {path}: {reason} -- check the path"
 
-    return _ship_until_stopped(
+    return ship_until_stopped(
         prog, lambda: shipper.run(once=args.once), shipper.stop, shipper.summary, read_error=read_error
     )

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from fencewatch.ship import _say, _ship_until_stopped, load_state, open_publisher, state_path_for
+from fencewatch.shipping import load_state, open_publisher, say, ship_until_stopped, state_path_for
 from producers.kafka_publisher import KafkaPublisher
 from producers.metadata_log import MetadataLogStats
 from producers.metadata_log_follower import MetadataLogFollower
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
         stats=stats,
         status_interval_seconds=args.status_interval,
         flush_timeout_seconds=args.flush_timeout,
-        status=_say,
+        status=say,
     )
     follower = MetadataLogFollower(
         directory,
@@ -66,9 +66,9 @@ def run(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
         max_batch_bytes=args.max_record_bytes,
         sleep=publisher.poll,  # serve delivery reports while waiting for data
         on_idle=shipper.on_idle,
-        notice=_say,
+        notice=say,
     )
-    return _ship_until_stopped(
+    return ship_until_stopped(
         prog,
         lambda: shipper.run(follower),
         follower.stop,

@@ -34,7 +34,7 @@ from detectors.alerts import FIRING, RESOLVED
 from detectors.render import tally
 from detectors.truth import count_by_status
 from fencewatch.options import env_default, output_dir, output_file
-from fencewatch.ship import add_kafka_options, open_publisher, publisher_from_args
+from fencewatch.shipping import add_kafka_options, open_publisher, publisher_from_args
 from producers.kafka_publisher import DeliveryError, TokenBucket
 from producers.sim_clocks import TIME_FORMS, Failover, parse_clock, parse_time_ms
 from producers.sim_model import CONTROLLER_IDS

@@ -165,3 +165,8 @@ def print_clocks(
                 "fail-over onto another clock?): its time is made continuous across the step",
                 file=out,
             )
+
+
+def by_name(counts: dict[str, int]) -> str:
+    """`` (A=1, B=2)``, sorted by name; "" for no counts."""
+    return " (" + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) + ")" if counts else ""

@@ -230,7 +230,7 @@ def commands(secure: SecureCluster, topic: str, work: Path) -> dict[str, list[st
 
 
 # Every ship format opens its publisher through the same start-up check
-# (fencewatch.ship.open_publisher); the clean path runs each of them, the
+# (fencewatch.shipping.open_publisher); the clean path runs each of them, the
 # refusals the two that follow a node's files.
 CLEAN_PATH_ONLY = (
     "fencewatch ship quorum-state",
