@@ -9,8 +9,9 @@ from the metadata log, which a stateless split before the shuffle cannot read.
 
 Each record goes to the buckets of the partitions it names. Records every
 bucket needs go to all of them ("fanned out"): the cluster-wide metadata
-(brokers, topics, features) and StopReplica / LeaderAndIsr / UpdateMetadata,
-whose controller epoch a broker accepts for all its partitions. Records about no partition
+(brokers, topics, features), StopReplica / LeaderAndIsr / UpdateMetadata,
+whose controller epoch a broker accepts for all its partitions, and
+BrokerHeartbeat, how far a broker had applied the metadata log. Records about no partition
 (quorum traffic and state, requests no rule reads) go to bucket 0.
 
 A record reaching several buckets is counted, dead-lettered and judged for
@@ -32,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 from detectors.envelope import Envelope
 from detectors.requests import (
     ALTER_PARTITION,
+    BROKER_HEARTBEAT,
     FETCH,
     LEADER_AND_ISR,
     LIST_OFFSETS,
@@ -44,8 +46,9 @@ from detectors.requests import (
 
 # Metadata records about one partition; every other metadata record is fanned out.
 PARTITION_RECORDS = ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD")
-# Requests whose controller epoch every bucket must know.
-FANNED_OUT_APIS = (STOP_REPLICA, LEADER_AND_ISR, UPDATE_METADATA)
+# Requests whose controller epoch every bucket must know, and BrokerHeartbeat:
+# how far its broker had applied the metadata log, for every partition it serves.
+FANNED_OUT_APIS = (STOP_REPLICA, LEADER_AND_ISR, UPDATE_METADATA, BROKER_HEARTBEAT)
 # Where each partition-scoped request keeps its partition indexes:
 # request.<topics>[].<partitions>[].<index>.
 PARTITION_PATHS = {
@@ -117,6 +120,8 @@ def _buckets(kind: Any, body: dict[str, Any], count: int) -> tuple[int, ...]:
             index = data.get("partitionId")
             return (index % count,) if isinstance(index, int) and not isinstance(index, bool) else (0,)
         return tuple(range(count))
+    if kind == "clock_evidence":
+        return tuple(range(count))  # every bucket takes what the others measured (detectors.clock_exchange)
     if kind == "remote_log_metadata":
         # A segment's record names its partition in its segment id; a partition's deletion, directly.
         segment = _dig(body, "data", "remoteLogSegmentId", "topicIdPartition")

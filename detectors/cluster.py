@@ -20,13 +20,16 @@ from detectors.alerts import (
     Evidence,
     make_alert_id,
 )
+from detectors.applied_metadata import AppliedMetadata, superseding_offset
 from detectors.buckets import WHOLE, Bucket
 from detectors.clocks import ASSUMED, ClockBook, ClockInterval, MetadataClock
 from detectors.config import DetectorConfig
 from detectors.envelope import Envelope, Unverified
+from detectors.errors import KafkaError
 from detectors.history import History, watching_changes
 from detectors.quorum import QuorumView
 from detectors.remote import RemoteView
+from detectors.requests import BrokerHeartbeat
 from detectors.rules.base import Rule
 from detectors.stats import UnverifiedReason
 from detectors.view import NULL_TOPIC_ID, ClusterView, PartitionKey, PartitionState
@@ -103,6 +106,11 @@ class ClusterState:
     # While a verdict is looked into at one clock offset after another (judge):
     # the request, its offset pinned, and what its rules would raise there.
     _probe: _Probe | None = None
+    # How far each broker's heartbeats said it had applied the metadata log
+    # (detectors.applied_metadata); None until the first heartbeat is read (and
+    # in states pickled before they were), while the grace window alone bounds
+    # how late a broker applies metadata.
+    applied: AppliedMetadata | None = None
 
     def describe(self, key: PartitionKey) -> str:
         """``topic-partition`` with the topic's name where the view knows it."""
@@ -223,6 +231,63 @@ class ClusterState:
         (MetadataClock.shift_of)."""
         shift = self.metadata_clock.shift_of(env.node, env.ts_ms) if self.measures_clocks else 0
         return env.ts_ms - handling_ms(env) + shift, env.ts_ms + shift
+
+    def heard_heartbeat(self, env: Envelope, heartbeat: BrokerHeartbeat) -> None:
+        """A BrokerHeartbeat the active controller answered: its broker had
+        applied the metadata log up to ``currentMetadataOffset`` by the moment
+        it arrived (detectors.applied_metadata). Only an answer without error
+        is read: the active controller handled it (QuorumController.processBrokerHeartbeat),
+        the node whose clock writes the log, so its arrival is placed exactly."""
+        if heartbeat.error != KafkaError.NONE:
+            return
+        if self.applied is None:
+            self.applied = AppliedMetadata(self.config.retention_ms)
+        offset = heartbeat.current_metadata_offset
+        summary = (
+            f"broker {heartbeat.broker_id} (epoch {heartbeat.broker_epoch}) had applied the metadata log "
+            f"up to offset {offset} (its BrokerHeartbeat to controller {env.node})"
+        )
+        self.applied.heard(
+            heartbeat.broker_id, self.controller_handled(env)[0], offset, Evidence.of("view", env, summary)
+        )
+
+    def metadata_applied(
+        self,
+        env: Envelope,
+        node: int | None,
+        key: PartitionKey,
+        first: PartitionState,
+        stale: Callable[[PartitionState], bool],
+    ) -> list[Evidence] | None:
+        """Whether ``node``, acting on ``env`` on a state that every state of
+        its window from ``first`` on superseded (``stale`` of each holds), had
+        applied the record that superseded it: the heartbeat that shows it, as
+        evidence; [] where no heartbeat was read at all (the grace window
+        alone decides, as it did before heartbeats were read); None, counted
+        unverified, where its heartbeats by the earliest moment it may have
+        acted do not show it (it may have been seconds behind: a pause, a
+        restart). A verdict that depends on this is certain only with the
+        evidence; at single clock offsets (judge) it may still hold as possible."""
+        applied = self.applied
+        if applied is None:
+            return []
+        history = self.view.partition(key)
+        needed = superseding_offset(history, first, stale) if history is not None else None
+        report = applied.applied_by(node, self.earliest_moment(env, node))
+        if needed is None or report is None or report[0] < needed:
+            self.unverified(UnverifiedReason.BROKER_METADATA_BEHIND)
+            return None
+        return [report[1]]
+
+    def earliest_moment(self, env: Envelope, node: int | None = None) -> int:
+        """The earliest moment of the metadata log's clock at which ``env``'s node
+        may have started acting on it (a request's arrival), by its clock interval
+        (``node``: as :meth:`clock`)."""
+        start = env.ts_ms - handling_ms(env)
+        interval = self.clock(env, node)
+        if not interval.measured or not math.isfinite(interval.high_ms):
+            return start
+        return math.floor(start - interval.high_ms)
 
     def partition_window(
         self,

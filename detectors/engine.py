@@ -63,6 +63,7 @@ from detectors.requests import (
     ALTER_PARTITION,
     API_NAMES,
     BEGIN_QUORUM_EPOCH,
+    BROKER_HEARTBEAT,
     END_QUORUM_EPOCH,
     FETCH,
     LEADER_AND_ISR,
@@ -77,6 +78,7 @@ from detectors.requests import (
     PartitionOutcome,
     StopReplica,
     alter_partition,
+    broker_heartbeat,
     decoded_once,
     header,
     is_quorum_fetch,
@@ -735,6 +737,9 @@ class Detector:
             return [(rules.alter_partition.judge, (h, alter, home))]
         if h.api_key in (VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH):
             return rules.quorum.ingest_request(cs, env, h)
+        if h.api_key == BROKER_HEARTBEAT:
+            # Every bucket receives it: how far its broker had applied the metadata log.
+            cs.heard_heartbeat(env, _decoded(cs, broker_heartbeat, body))
         return []
 
     def _accepted_controller_epoch(self, cs: _Cluster, env: Envelope, epoch: int) -> None:

@@ -28,6 +28,7 @@ _T = TypeVar("_T")
 
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 0, 1, 2, 4, 5, 6
 OFFSET_FOR_LEADER_EPOCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, ALTER_PARTITION = 23, 52, 53, 54, 56
+BROKER_HEARTBEAT = 63
 API_NAMES = {
     PRODUCE: "PRODUCE",
     FETCH: "FETCH",
@@ -40,6 +41,7 @@ API_NAMES = {
     BEGIN_QUORUM_EPOCH: "BEGIN_QUORUM_EPOCH",
     END_QUORUM_EPOCH: "END_QUORUM_EPOCH",
     ALTER_PARTITION: "ALTER_PARTITION",
+    BROKER_HEARTBEAT: "BROKER_HEARTBEAT",
 }
 # Kafka's API keys stop well below this; a larger key is not a Kafka request.
 MAX_KAFKA_API_KEY = 200
@@ -542,6 +544,34 @@ def alter_partition(body: dict[str, Any]) -> AlterPartition:
         broker_epoch=get_int(request, "brokerEpoch", "body.request", bounds=INT64, default=-1),
         error=error,
         partitions=tuple(entries),
+    )
+
+
+@fast_pickle
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeat:
+    """What a broker said of itself in a BrokerHeartbeat (KIP-631), and the
+    controller's answer (BrokerHeartbeatRequest.json / BrokerHeartbeatResponse.json)."""
+
+    broker_id: int
+    broker_epoch: int
+    # MetadataLoader.lastAppliedOffset when the broker sent it
+    # (BrokerLifecycleManager.sendBrokerHeartbeat): every record up to it was published.
+    current_metadata_offset: int
+    want_fence: bool
+    want_shut_down: bool
+    error: int
+
+
+def broker_heartbeat(body: dict[str, Any]) -> BrokerHeartbeat:
+    request, _, error = _answered(body)
+    return BrokerHeartbeat(
+        broker_id=get_int(request, "brokerId", "body.request"),
+        broker_epoch=get_int(request, "brokerEpoch", "body.request", bounds=INT64, default=-1),
+        current_metadata_offset=get_int(request, "currentMetadataOffset", "body.request", bounds=INT64),
+        want_fence=get_bool(request, "wantFence", "body.request", default=False),
+        want_shut_down=get_bool(request, "wantShutDown", "body.request", default=False),
+        error=error,
     )
 
 

@@ -35,6 +35,7 @@ class UnverifiedReason(StrEnum):
     TOO_LATE = "too late: its grace window had closed when it arrived"
     CLOCK_UNCERTAIN = "clock uncertain"
     UNCLEAN_ELECTION_UNDECIDED = "unclean election the log cannot judge"
+    BROKER_METADATA_BEHIND = "broker not shown to have applied the metadata record"
 
 
 # Most gaps are a view that starts after the records it needed.
@@ -95,6 +96,13 @@ UNVERIFIED_EXPLANATIONS: dict[UnverifiedReason, str] = {
         "or the cluster with kafka-configs.sh (a controller's server.properties is not in the log) and "
         "ship the log from before that; with ISR and ELR both empty it may also be KIP-966's "
         "last-known-leader recovery, which any setting allows"
+    ),
+    UnverifiedReason.BROKER_METADATA_BEHIND: (
+        "a broker acted on a state the metadata log had superseded, but no BrokerHeartbeat of it "
+        "reported that it had applied the record that did (its currentMetadataOffset; brokers apply "
+        "the log late, by seconds after a pause or a restart): normal while a broker catches up; "
+        "ship every controller's request log with kafka.request.logger at DEBUG so each heartbeat "
+        "is read"
     ),
     UnverifiedReason.TOO_LATE: (
         "the event arrived after the verdicts of its time were made: raise --lateness-ms "

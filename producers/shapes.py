@@ -423,6 +423,35 @@ def alter_partition(
     return _completed(56, version, correlation_id, f"broker-{broker_id}-alter-partition", request, response)
 
 
+def broker_heartbeat(
+    broker_id: int,
+    broker_epoch: int,
+    current_metadata_offset: int,
+    *,
+    want_fence: bool = False,
+    want_shut_down: bool = False,
+    error: int = 0,
+    correlation_id: int = 1,
+) -> dict[str, Any]:
+    """A BrokerHeartbeat (key 63, v1) as the active controller logs it; the
+    response fields as Kafka 4.4.0's controller wrote them."""
+    request = {
+        "brokerId": broker_id,
+        "brokerEpoch": broker_epoch,
+        "currentMetadataOffset": current_metadata_offset,
+        "wantFence": want_fence,
+        "wantShutDown": want_shut_down,
+    }
+    response = {
+        "throttleTimeMs": 0,
+        "errorCode": error,
+        "isCaughtUp": not want_fence,
+        "isFenced": want_fence,
+        "shouldShutDown": False,
+    }
+    return _completed(63, 1, correlation_id, str(broker_id), request, response)
+
+
 # ---- KRaft quorum -------------------------------------------------------------------------
 
 

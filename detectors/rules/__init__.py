@@ -12,6 +12,7 @@ API adds it here (tests/unit/test_read_apis.py holds the engine to this list).
 from detectors.requests import (
     ALTER_PARTITION,
     BEGIN_QUORUM_EPOCH,
+    BROKER_HEARTBEAT,
     END_QUORUM_EPOCH,
     FETCH,
     LEADER_AND_ISR,
@@ -38,6 +39,9 @@ READ_APIS = frozenset(
         VOTE,  # rules.quorum
         BEGIN_QUORUM_EPOCH,  # rules.quorum
         END_QUORUM_EPOCH,  # rules.quorum
+        # How far its broker had applied the metadata log (ClusterState.metadata_applied),
+        # for rules.fetch, rules.produce and rules.remote; logged by the active controller.
+        BROKER_HEARTBEAT,
     }
 )
 

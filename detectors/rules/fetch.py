@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from detectors.applied_metadata import EpochAbove
 from detectors.envelope import Envelope
 from detectors.errors import KafkaError
 from detectors.requests import API_NAMES, Header, PartitionOutcome
@@ -20,8 +21,10 @@ class FetchStaleEpochServed(Rule):
     ``currentLeaderEpoch`` (>= 0) is older than every leader epoch of the grace
     window was answered NONE: the reader may see a log that has since been
     truncated. Not a violation: -1 (no epoch sent); an epoch that was current
-    within the grace window; FENCED_LEADER_EPOCH answers; metadata-quorum
-    fetches (judged by the QUORUM_* rules)."""
+    within the grace window; one the broker's heartbeats do not show it had
+    applied the newer epoch's record by then, where heartbeats are read
+    (ClusterState.metadata_applied; counted unverified); FENCED_LEADER_EPOCH
+    answers; metadata-quorum fetches (judged by the QUORUM_* rules)."""
 
     id = "FETCH_STALE_EPOCH_SERVED"
     severity = "warning"
@@ -50,6 +53,9 @@ def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[Partit
         key, states = found
         oldest = min(s.leader_epoch for s in states)
         if outcome.epoch < oldest:
+            applied = cs.metadata_applied(env, env.node, key, states[0], EpochAbove(outcome.epoch))
+            if applied is None:
+                continue  # it may not have applied the newer epoch yet (counted unverified)
             cs.emit(
                 FetchStaleEpochServed,
                 env,
@@ -58,6 +64,6 @@ def judge(cs: ClusterState, env: Envelope, header: Header, outcomes: list[Partit
                 f"{outcome.epoch} (leader epoch {oldest})",
                 node=env.node,
                 identity=(header.request_ref, env.ts_ms),
-                evidence=[states[0].source],
+                evidence=[states[0].source, *applied],
                 partition_key=key,
             )

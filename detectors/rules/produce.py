@@ -1,11 +1,19 @@
 """KIP-359: the leader epoch in ProduceRequest, and writes accepted by a broker
-that is not the leader."""
+that is not the leader.
+
+Each rule here blames a broker for acting on a leadership or epoch the
+metadata log had superseded. Where the controllers' request logs carry its
+BrokerHeartbeats, that is certain only once a heartbeat of it, by the earliest
+moment it may have acted, reported it had applied the record that superseded
+it (ClusterState.metadata_applied): brokers apply the log seconds late after a
+pause or a restart. Without one it is counted unverified."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from detectors.alerts import Evidence
+from detectors.applied_metadata import EpochAbove, LedByOther
 from detectors.envelope import Envelope
 from detectors.errors import KafkaError
 from detectors.requests import Header, PartitionOutcome
@@ -81,11 +89,18 @@ def judge(
             oldest = min(s.leader_epoch for s in states)
             newest = max(s.leader_epoch for s in states)
             lead = any(node == s.leader for s in states)
+        epoch = outcome.epoch
         if outcome.error == KafkaError.NONE:
-            if lead and not 0 <= outcome.epoch < oldest:
+            if lead and not 0 <= epoch < oldest:
                 continue
+            # What the broker acted on (its leadership, or the epoch) was superseded
+            # throughout the window: by the record it must have applied to know it.
+            superseded = LedByOther(node) if not lead else EpochAbove(epoch)
+            applied = cs.metadata_applied(env, node, key, states[0], superseded)
+            if applied is None:
+                continue  # counted unverified: it may not have applied that record yet
             identity = (header.request_ref, env.ts_ms)
-            evidence = _evidence(states)
+            evidence = [*_evidence(states), *applied]
             if not lead:
                 leaders = {s.leader for s in states}
                 cs.emit(
@@ -110,12 +125,22 @@ def judge(
                     evidence=evidence,
                     partition_key=key,
                 )
-        elif outcome.epoch >= 0 and (
-            (outcome.error == KafkaError.FENCED_LEADER_EPOCH and outcome.epoch >= newest)
-            or (outcome.error == KafkaError.UNKNOWN_LEADER_EPOCH and outcome.epoch <= oldest)
+        elif epoch >= 0 and (
+            (outcome.error == KafkaError.FENCED_LEADER_EPOCH and epoch >= newest)
+            or (outcome.error == KafkaError.UNKNOWN_LEADER_EPOCH and epoch <= oldest)
         ):
+            # UNKNOWN_LEADER_EPOCH says the broker had not heard of the epoch: wrong
+            # only if it had applied the record that made it (FENCED_LEADER_EPOCH for
+            # an epoch not older than the view's says it knew a newer one: no lag).
+            applied = (
+                cs.metadata_applied(env, node, key, states[0], EpochAbove(epoch - 1))
+                if outcome.error == KafkaError.UNKNOWN_LEADER_EPOCH
+                else []
+            )
+            if applied is None:
+                continue
             identity = (header.request_ref, env.ts_ms)
-            evidence = _evidence(states)
+            evidence = [*_evidence(states), *applied]
             cs.emit(
                 ProduceEpochErrorMismatch,
                 env,
