@@ -28,6 +28,7 @@ COPY webhooks ./webhooks
 COPY localkafka ./localkafka
 COPY probe ./probe
 COPY incidents ./incidents
+COPY lab ./lab
 COPY fencewatch ./fencewatch
 RUN pip install . \
     && fencewatch --help > /dev/null \

@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PACKAGES := detectors producers streaming webhooks localkafka probe incidents fencewatch
+PACKAGES := detectors producers streaming webhooks localkafka probe incidents lab fencewatch
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

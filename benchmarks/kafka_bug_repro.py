@@ -12,7 +12,7 @@ fencewatch on Kafka's own files, as a user runs it (``fencewatch convert`` of
 every request log and of the controller's metadata log, ``fencewatch
 replay``); with ``--live`` also as it happens, ``fencewatch ship`` of every
 node's request log, the controller's metadata log and quorum-state and
-``fencewatch run`` on an embedded broker's event topic (fencewatch.lab_watch),
+``fencewatch run`` on an embedded broker's event topic (lab.watch),
 whose alerts must be replay's, id for id. Prints, side by side, what
 fencewatch raised (rule, partition, node, evidence) and Kafka's own records
 of the run: the brokers' fencing and the partition changes from the metadata
@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fencewatch_on_kafka import Judged, alter_partition_lines, broker_state_and_isr_records, judge
 
-from fencewatch.lab_watch import IDLE_FLUSH_MS, Watchers
+from lab.watch import IDLE_FLUSH_MS, Watchers
 from localkafka.cluster import LocalKafkaCluster
 from localkafka.fenced_follower import FencedFollowerRun, run_fenced_follower
 from localkafka.fetch import fetch_kafka

@@ -36,7 +36,7 @@ from producers.kafka_publisher import KafkaPublisher, TokenBucket
 from producers.simulator import SimConfig, Simulator
 
 if TYPE_CHECKING:
-    from fencewatch.demo_real_kafka import RealKafka
+    from lab.demo_node import RealKafka
     from streaming.broker import EmbeddedBroker
     from streaming.metrics import Metrics
 
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
             f"{native.native.remote_stats.records} remote-log-metadata lines in native form"
         )
         if live is not None:
-            from fencewatch.demo_real_kafka import CLUSTER
+            from lab.demo_node import CLUSTER
 
             raised = sum(1 for alert in received if alert.get("cluster") == CLUSTER)
             say(
@@ -224,7 +224,7 @@ def _start_real_kafka(
 ) -> RealKafka | None:
     """The real Kafka node, watched; one that cannot be had is said in one line
     and the demo goes on with the simulated clusters alone."""
-    from fencewatch.demo_real_kafka import real_kafka
+    from lab.demo_node import real_kafka
     from localkafka.fetch import KafkaSetupError
 
     try:

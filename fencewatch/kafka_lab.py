@@ -5,7 +5,7 @@ Fetches Kafka from Maven Central (once; cached), starts a KRaft cluster of
 three controllers and three brokers on loopback (:mod:`localkafka`), real
 client traffic (idempotent producers with ``acks=all``, consumers in a group),
 ``fencewatch ship`` for every file a rule reads and ``fencewatch run`` on an
-embedded broker's event topic (:mod:`fencewatch.lab_watch`), and with
+embedded broker's event topic (:mod:`lab.watch`), and with
 ``--nemesis`` a seeded schedule of failures (:mod:`localkafka.nemesis`). Alerts
 print as they arrive. At the end the cluster's own files are converted and
 replayed (:mod:`fencewatch.lab_verdict`) and a table says what was injected,
@@ -39,8 +39,8 @@ from fencewatch.lab_verdict import (
     replay_config,
     view_leader_epochs,
 )
-from fencewatch.lab_watch import ALERTS_TOPIC, DEAD_LETTER_TOPIC, EVENTS_TOPIC, JobCounters, Watchers
 from fencewatch.options import fail
+from lab.watch import ALERTS_TOPIC, DEAD_LETTER_TOPIC, EVENTS_TOPIC, JobCounters, Watchers
 from localkafka.cluster import LocalKafkaCluster
 from localkafka.fetch import DEFAULT_VERSION, KafkaSetupError, fetch_kafka
 from localkafka.nemesis import FAULTS, SKEW_HOLD_SECONDS, Nemesis, plan

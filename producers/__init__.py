@@ -1,2 +1,3 @@
-"""Event producers: the KRaft cluster simulator, and shippers that publish
-native Kafka logs as envelopes."""
+"""What feeds the event topic: the shippers that publish Kafka's own logs as
+envelopes, the metadata log's native reader, the publisher, and the KRaft
+cluster simulator. Imports ``detectors`` only."""

@@ -1,5 +1,6 @@
 """Webhook alert delivery: endpoints from a TOML file, a durable SQLite
 outbox, and a dispatcher that delivers each alert to each endpoint once.
+Imports ``detectors`` only; the job and the probe are handed a dispatcher.
 
     from webhooks import Dispatcher, load_endpoints
 

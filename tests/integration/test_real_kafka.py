@@ -48,7 +48,7 @@ from fencewatch.lab_verdict import (
     replay_config,
     view_leader_epochs,
 )
-from fencewatch.lab_watch import JobCounters, Watchers
+from lab.watch import JobCounters, Watchers
 from localkafka.cluster import LocalKafkaCluster
 from localkafka.nemesis import (
     KILL_BROKER,

@@ -1,6 +1,8 @@
 """The packages' dependency direction (docs/architecture.md, "Packages"), read
-from every module's imports, including those inside functions; and the
-project's lists of its packages, which must agree."""
+from every module's imports, including those inside functions and under
+TYPE_CHECKING; no import circle between any two modules; each package saying
+what it holds and may import; and the project's lists of its packages, which
+must agree."""
 
 from __future__ import annotations
 
@@ -12,7 +14,17 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("detectors", "producers", "webhooks", "streaming", "localkafka", "probe", "incidents", "fencewatch")
+PACKAGES = (
+    "detectors",
+    "producers",
+    "webhooks",
+    "streaming",
+    "localkafka",
+    "probe",
+    "incidents",
+    "lab",
+    "fencewatch",
+)
 # package -> the project packages it may import besides itself
 ALLOWED = {
     "detectors": set(),
@@ -24,8 +36,23 @@ ALLOWED = {
     # The command hands the probe the job's metrics and alerts topic.
     "probe": {"detectors", "webhooks"},
     "incidents": {"detectors"},
-    "fencewatch": {"detectors", "producers", "webhooks", "streaming", "localkafka", "probe", "incidents"},
+    # The lab runs fencewatch's commands as child processes; it imports none of them.
+    "lab": {"detectors", "producers", "localkafka"},
+    # The command package parses arguments, checks them and wires all the others.
+    "fencewatch": {
+        "detectors",
+        "producers",
+        "webhooks",
+        "streaming",
+        "localkafka",
+        "probe",
+        "incidents",
+        "lab",
+    },
 }
+# Where the command package may be imported from besides itself: the entry point.
+COMMAND = "fencewatch"
+ENTRY_POINT = "fencewatch.cli:main"
 
 
 def project_imports(path: Path) -> set[str]:
@@ -40,6 +67,104 @@ def project_imports(path: Path) -> set[str]:
             continue
         found.update(name.split(".")[0] for name in names if name.split(".")[0] in PACKAGES)
     return found
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the packages by its dotted name (a package by its own)."""
+    found = {}
+    for package in PACKAGES:
+        for path in (REPO_ROOT / package).rglob("*.py"):
+            parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_modules(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules ``name`` imports anywhere in it: ``from a.b import c``
+    is module ``a.b.c`` where that is a module, else ``a.b``."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            for alias in node.names:
+                if f"{module}.{alias.name}" in known:
+                    found.add(f"{module}.{alias.name}")
+                elif module in known:
+                    found.add(module)
+    found.discard(name)
+    return found
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's
+    algorithm): each is a set of modules that import each other round a circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    """Lazy imports count too: a circle through one still ties the two modules'
+    meanings together (convert and convert_metadata_log once did)."""
+    known = modules()
+    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    assert import_circles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]
+
+
+def test_the_command_package_is_imported_by_nothing_but_its_entry_point() -> None:
+    importers = sorted(package for package, allowed in ALLOWED.items() if COMMAND in allowed)
+    assert importers == []
+    assert set(ALLOWED[COMMAND]) == set(PACKAGES) - {COMMAND}
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["scripts"] == {COMMAND: ENTRY_POINT}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_says_what_it_holds_and_may_import(package: str) -> None:
+    """Its ``__init__`` docstring, which a newcomer reads first, names the
+    packages it may import."""
+    tree = ast.parse((REPO_ROOT / package / "__init__.py").read_text(encoding="utf-8"))
+    doc = ast.get_docstring(tree)
+    assert doc, f"{package}/__init__.py has no docstring"
+    assert "import" in doc.lower()
+    assert [name for name in sorted(ALLOWED[package]) if name not in doc] == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -1,7 +1,7 @@
 """The demo's real Apache Kafka: one controller and one broker from Maven
 Central (:mod:`localkafka`), real client traffic, and ``fencewatch ship`` of
 both nodes' request logs, the controller's metadata log and quorum-state
-into the demo's event topic (:class:`fencewatch.lab_watch.Watchers`), judged by
+into the demo's event topic (:class:`lab.watch.Watchers`), judged by
 the demo's job beside the simulated clusters. Kafka fences correctly, so this
 cluster (``kafka-live``) has no injected violation: any alert of it counts as
 a false one in the demo's table.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from fencewatch.lab_watch import Watchers
+from lab.watch import Watchers
 from localkafka.cluster import LocalKafkaCluster
 from localkafka.fetch import KafkaJars, fetch_kafka
 from localkafka.traffic import TopicSpec, Traffic, create_topics

@@ -29,8 +29,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from localkafka.cluster import LocalKafkaCluster
-from streaming.broker import free_port
+from localkafka.cluster import LocalKafkaCluster, free_ports
 
 EVENTS_TOPIC = "fencewatch-events"
 DEAD_LETTER_TOPIC = "fencewatch-dead-letters"
@@ -115,7 +114,7 @@ class Watchers:
         self.say = say
         self.shippers: list[Child] = []
         self.job: Child | None = None
-        self.metrics_port = free_port()
+        self.metrics_port = free_ports(1)[0]
         self.alert_lines: list[str] = []
         self._reader: threading.Thread | None = None
         (self.work / "state").mkdir(parents=True, exist_ok=True)
