@@ -67,6 +67,10 @@ class Segment:
     # leader epoch -> (its first offset, its last offset) in this segment: the
     # range the segment claims the epoch's leader wrote (segmentLeaderEpochs, endOffset)
     epochs: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # How far its DELETE_SEGMENT_STARTED was stamped behind its broker's newest
+    # earlier record of the same log partition, where that is a step back of
+    # the broker's clock (RemoteView.behind); else 0.
+    requested_behind_ms: int = 0
 
 
 @fast_pickle
@@ -117,6 +121,26 @@ class RemoteView:
     partitions: MutableMapping[tuple[str, int], PartitionSegments] = field(default_factory=dict)
     # partition -> (when it was first seen marked for deletion, when its deletion finished)
     deleting: dict[tuple[str, int], tuple[int, int | None]] = field(default_factory=dict)
+    # (__remote_log_metadata partition, broker) -> the newest time its records there carry (behind)
+    newest: dict[tuple[int | None, int], int] = field(default_factory=dict)
+
+    def behind(self, log_partition: int | None, broker: int, ts_ms: int) -> int:
+        """How far ``broker``'s record at ``ts_ms`` is stamped behind its newest
+        earlier record in the same ``__remote_log_metadata`` partition (0: not
+        behind). A broker writes a partition's records in the order it made them:
+        RemoteLogManager stamps each event when it makes it, and
+        TopicBasedRemoteLogMetadataManager.storeRemoteLogMetadata completes only
+        once the record is produced and consumed back, so one partition's task
+        waits for each before the next. A record stamped well behind an earlier
+        one was made after its broker's clock stepped back. The log is applied
+        in offset order per partition (detectors.redelivery), so the answer does
+        not depend on how the input was cut or re-delivered."""
+        key = (log_partition, broker)
+        newest = self.newest.get(key)
+        if newest is None or ts_ms >= newest:
+            self.newest[key] = ts_ms
+            return 0
+        return newest - ts_ms
 
     def mark_deleting(self, event: PartitionDeleteEvent, ts_ms: int) -> None:
         marked, finished = self.deleting.get(event.key, (ts_ms, None))

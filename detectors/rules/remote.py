@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-from detectors.alerts import Evidence
+from detectors.alerts import ClockCondition, Evidence
 from detectors.envelope import Envelope, Unverified, without_body
 from detectors.remote import (
     COPY_FINISHED,
@@ -90,6 +91,10 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
         # whichever remote partition remover acts on the mark (not the leader: there is none).
         cs.remote.mark_deleting(event, env.ts_ms)
         return []
+    log_partition = env.body.get("partition")
+    behind = cs.remote.behind(
+        log_partition if type(log_partition) is int else None, event.broker_id, env.ts_ms
+    )
     part = cs.remote.partitions.get(event.key) or PartitionSegments()
     segment = part.segments.get(event.segment_id)
     if segment is None:
@@ -126,6 +131,8 @@ def ingest(cs: ClusterState, env: Envelope) -> list[Deferred]:
     segment.state = new
     if new == DELETE_STARTED and old != DELETE_STARTED:
         segment.delete_request = (event.broker_id, without_body(env))
+        # Further behind than one source's records may arrive out of order: a step back.
+        segment.requested_behind_ms = behind if behind > cs.config.lateness_ms else 0
     elif new == COPY_FINISHED and old != COPY_FINISHED:
         segment.finished = without_body(env)
         _judge_upload(cs, part, segment)
@@ -238,4 +245,35 @@ def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:
             identity=(segment.segment_id,),
             evidence=[states[-1].source, Evidence.of("view", request, f"broker {broker} requested deletion")],
             partition_key=key,
+            condition=_after_step_back(cs, segment, broker, request),
         )
+
+
+def _after_step_back(
+    cs: ClusterState, segment: Segment, broker: int, request: Envelope
+) -> ClockCondition | None:
+    """Where the deletion request was stamped behind its broker's earlier
+    records (RemoteView.behind), its broker's clock stepped back before it
+    made the request: it was made that much later than its stamp says, or
+    more, so the verdict, judged at the moments the clock as measured before
+    allows, holds only if it was not (SPEC 1.5). None: no step back.
+
+    Its broker's request lines would show the step, but the first ones after
+    a step back of seconds are refused as too late (Detector._first_delivery)
+    and never reach the clock evidence: the deletions of broker 3 stepped back
+    8 s were judged by its clock of before the step, placed 8 s early where it
+    did not lead yet, and raised 6 certain false alarms
+    (benchmarks/clock_campaign.py --step-grid, seed 3, 30,000 events)."""
+    behind = segment.requested_behind_ms
+    if not behind:
+        return None
+    interval = cs.node_interval(broker, request.ts_ms)
+    low, high = (math.floor(interval.low_ms), math.ceil(interval.high_ms)) if interval.measured else (0, 0)
+    text = (
+        f"holds unless node {broker}'s clock stepped back before it requested the deletion: the "
+        f"request is stamped {behind / 1000:.1f} s before node {broker}'s newest earlier record of "
+        "this log partition, so it may have been made that much later than judged"
+    )
+    # Made after a step back of ``behind`` or more, its offset was at most that far below the
+    # evidence's; how much further, nothing bounds.
+    return ClockCondition(broker, (low - behind, high), ((low, high),), text)

@@ -12,6 +12,8 @@ raised 2 certain STOP_REPLICA_STALE_CONTROLLER_ACCEPTED."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from detectors.config import DetectorConfig
@@ -25,16 +27,37 @@ EVENTS = 30_000
 STEP_AT = "7500ms"  # halfway through the run
 
 
-@pytest.mark.parametrize(("seed", "step"), [(2, "-2s"), (1, "-4s")])
-def test_a_broker_clock_stepped_back_raises_no_certain_false_alarm(seed, step):
+def judged(seed: int, step: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The alerts of ``EVENTS`` simulated events with broker 3's clock stepping by
+    ``step`` halfway, judged in the order written, and the ground truth."""
     sim = Simulator(SimConfig(seed=seed, fault_rate=0.01, clocks=(parse_clock(f"3={step}@{STEP_AT}"),)))
     detector = Detector(DetectorConfig(measure_clocks=True), now_ms=lambda: 0)
     for i, (_, raw) in enumerate(sim.timed_events(EVENTS)):
         detector.ingest(envelope_from_obj(raw, f"sim:{i}", i))
     detector.flush()
-    alerts = [a.to_dict() for a in detector.drain()]
-    table = confusion(alerts, sim.truth)
+    return [a.to_dict() for a in detector.drain()], sim.truth
+
+
+@pytest.mark.parametrize(("seed", "step"), [(2, "-2s"), (1, "-4s")])
+def test_a_broker_clock_stepped_back_raises_no_certain_false_alarm(seed, step):
+    alerts, truth = judged(seed, step)
+    table = confusion(alerts, truth)
     assert {k: v for k, v in table.items() if v["fp"]} == {}
-    caught, _ = possible_counts(alerts, sim.truth)
+    caught, _ = possible_counts(alerts, truth)
     injected = sum(row["tp"] + row["fn"] for row in table.values())
     assert sum(row["tp"] for row in table.values()) + caught == injected > 0
+
+
+def test_a_brokers_deletions_after_its_clock_stepped_back_8s_are_at_most_possible():
+    """Seed 3, broker 3 stepped back 8 s: its request lines after the step are
+    refused as too late (Detector._first_delivery), so its clock evidence never
+    shows the step, and its remote segment deletions, judged by its clock of
+    before, were placed 8 s early where it did not lead: 6 certain false
+    REMOTE_SEGMENT_ZOMBIE_DELETE. Stamped behind its own earlier records of the
+    remote log (RemoteView.behind), they are possible violations now."""
+    alerts, truth = judged(3, "-8s")
+    table = confusion(alerts, truth)
+    assert {k: v for k, v in table.items() if v["fp"]} == {}
+    deletions = [a for a in alerts if a["rule"] == "REMOTE_SEGMENT_ZOMBIE_DELETE" and a["node"] == 3]
+    assert len(deletions) == 6
+    assert all(a["confidence"] == "possible" for a in deletions)

@@ -330,3 +330,75 @@ def test_repeated_states_are_allowed(cluster):
     update(cluster, 2250, "seg-1", 1, DELETE_STARTED)
     update(cluster, 2300, "seg-1", 1, DELETE_FINISHED)
     assert cluster.keys() == []
+
+
+# ---- a broker's clock stepping back (RemoteView.behind) -------------------------------------
+
+
+def stepped_back_deletion(history: Any, delete_partition: int) -> None:
+    """Broker 2 leads from ELECTION_MS, starts uploading a segment 500 ms later,
+    then its clock steps back 5 s and it deletes broker 1's old segment as
+    retention: its deletion is stamped 5.5 s before that upload, where broker 1
+    led. Its two records go to ``__remote_log_metadata`` partition
+    ``delete_partition``, the others to partition 0, each at its partition's
+    next offset, as a shipper following the topic gives them."""
+    records = [
+        (2000, upload_body(history, "seg-1", 1, {0: 100}), 0),
+        (2100, s.remote_update(history.topic_id, 0, "seg-1", broker_id=1, state=FINISHED), 0),
+        (ELECTION_MS + 500, upload_body(history, "seg-2", 2, {0: 100, 1: 200}), 0),
+    ]
+    for state in (DELETE_STARTED, DELETE_FINISHED):
+        body = s.remote_update(history.topic_id, 0, "seg-1", broker_id=2, state=state)
+        records.append((5000, body, delete_partition))
+    offsets: dict[int, int] = {}
+    for i, (ts_ms, body, log_partition) in enumerate(records):
+        if i == 2:
+            elect_broker_2(history)
+        offsets[log_partition] = offsets.get(log_partition, -1) + 1
+        record = {**body, "partition": log_partition}
+        history.add(
+            s.envelope(
+                history.cluster_name, "remote_log_metadata", ts_ms, record, offset=offsets[log_partition]
+            )
+        )
+
+
+def upload_body(history: Any, segment: str, broker: int, cleaner: dict[int, int]) -> dict[str, Any]:
+    return s.remote_segment(
+        history.topic_id,
+        0,
+        segment,
+        broker_id=broker,
+        start=0,
+        end=max(cleaner.values()),
+        leader_epochs=lineage(cleaner),
+        cleaner=cleaner,
+    )
+
+
+def test_a_deletion_stamped_behind_its_brokers_earlier_record_is_at_most_possible(cluster):
+    """Kafka writes one broker's records of a log partition in the order it made them
+    (RemoteView.behind): a deletion stamped 5.5 s behind an earlier record was made
+    after a step back of the broker's clock, maybe when it led. Judged by its stamp it
+    was a certain REMOTE_SEGMENT_ZOMBIE_DELETE (benchmarks/clock_campaign.py
+    --step-grid: broker 3 stepped back 8 s, 6 certain false alarms)."""
+    stepped_back_deletion(cluster, delete_partition=0)
+    outcome = cluster.run()
+    assert outcome.dead_letters == []
+    assert outcome.keys == [("REMOTE_SEGMENT_ZOMBIE_DELETE", 2, 5000, 0, "orders")]
+    alert = outcome.alerts[0]
+    assert (alert.confidence, alert.severity) == ("possible", "info")
+    assert alert.condition is not None
+    assert "unless node 2's clock stepped back" in alert.condition.text
+    assert "5.5 s before node 2's newest earlier record" in alert.condition.text
+    assert alert.condition.allowed_ms == (-5500, 0)
+
+
+@pytest.mark.violation("REMOTE_SEGMENT_ZOMBIE_DELETE")
+def test_a_deletion_behind_a_record_of_another_log_partition_stays_certain(cluster):
+    """Records of different ``__remote_log_metadata`` partitions come in no order
+    with each other: only the broker's own records of one partition show a step."""
+    stepped_back_deletion(cluster, delete_partition=1)
+    outcome = cluster.run()
+    assert outcome.keys == [("REMOTE_SEGMENT_ZOMBIE_DELETE", 2, 5000, 0, "orders")]
+    assert outcome.alerts[0].confidence == "certain"
