@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from detectors.alerts import ClockCondition, Evidence
+from detectors.applied_metadata import LedByOther
 from detectors.envelope import Envelope, Unverified, without_body
 from detectors.remote import (
     COPY_FINISHED,
@@ -64,7 +65,8 @@ class RemoteSegmentZombieDelete(Rule):
     upload). The current leader still reads it. Not a violation: the leader
     deleting segments (retention); anyone cleaning up an upload that never
     finished or a zombie upload; a deletion that stays at DELETE_SEGMENT_STARTED
-    (rejected)."""
+    (rejected); a former leader whose heartbeats, where read, do not show it
+    had applied the record that took its leadership (ClusterState.metadata_applied)."""
 
     id = "REMOTE_SEGMENT_ZOMBIE_DELETE"
     severity = "critical"
@@ -236,6 +238,10 @@ def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:
     key, states = found
     leaders = {s.leader for s in states}
     if broker not in leaders:
+        # It lost the leadership throughout the window: had it applied the record that took it?
+        applied = cs.metadata_applied(request, broker, key, states[0], LedByOther(broker))
+        if applied is None:
+            return
         cs.emit(
             RemoteSegmentZombieDelete,
             env,
@@ -243,7 +249,11 @@ def _judge_delete(cs: ClusterState, env: Envelope, segment: Segment) -> None:
             f"{segment.segment_id} of {cs.describe(key)} that is still valid",
             node=broker,
             identity=(segment.segment_id,),
-            evidence=[states[-1].source, Evidence.of("view", request, f"broker {broker} requested deletion")],
+            evidence=[
+                states[-1].source,
+                Evidence.of("view", request, f"broker {broker} requested deletion"),
+                *applied,
+            ],
             partition_key=key,
             condition=_after_step_back(cs, segment, broker, request),
         )

@@ -13,6 +13,7 @@ heartbeat reporting offset 7 or more, from before the request, makes it certain.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 from detectors.alerts import Evidence
 from detectors.applied_metadata import AppliedMetadata
 from detectors.buckets import buckets_of
+from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
 from detectors.errors import KafkaError
 from detectors.stats import UnverifiedReason
@@ -184,3 +186,14 @@ def test_reports_older_than_the_retention_are_forgotten_but_the_one_in_force_sta
         applied.heard(1, t, offset, _evidence(offset))
     assert _offset(applied, 4_000) == 3
     assert applied.applied_by(1, 600) is None  # forgotten: older than the retention
+
+
+def test_what_heartbeats_reported_survives_a_snapshot_of_the_detector():
+    """The streaming job pickles the detector's state between batches."""
+    detector = Detector()
+    raw = s.envelope("c1", "request", 12_000, s.broker_heartbeat(2, 11, ELECTION_OFFSET), node=CONTROLLER)
+    detector.ingest(envelope_from_obj(raw, "test:0", 0))
+    applied = pickle.loads(pickle.dumps(detector)).cluster("c1").applied
+    assert applied is not None
+    report = applied.applied_by(2, 12_000)
+    assert report is not None and report[0] == ELECTION_OFFSET
