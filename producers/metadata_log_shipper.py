@@ -12,12 +12,10 @@ by which the detector drops a repeat.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from detectors.envelope import DeadLetter, Envelope
-from producers.confirmed_positions import ConfirmedPositions, PeriodicDuties
+from producers.following_shipper import FollowingShipper, Pacing
 from producers.kafka_publisher import KafkaPublisher
 from producers.metadata_log import MetadataLogStats
 from producers.metadata_log_follower import LogPosition, MetadataLogFollower
@@ -59,7 +57,7 @@ class MetadataLogState:
         write_state(self.path, {"format": FORMAT, "directory": self.directory, **position.to_dict()})
 
 
-class MetadataLogShipper(PeriodicDuties):
+class MetadataLogShipper(FollowingShipper[LogPosition, MetadataLogFollower]):
     """Publishes what a follower yields; saves positions once delivered.
 
     Positions are saved once delivery confirms them
@@ -74,25 +72,12 @@ class MetadataLogShipper(PeriodicDuties):
         cluster: str,
         node: int | None,
         stats: MetadataLogStats,
-        status_interval_seconds: float = 30.0,
-        checkpoint_interval_seconds: float = 1.0,
-        flush_timeout_seconds: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        status: Callable[[str], None] = lambda line: None,
+        **pacing: Unpack[Pacing],
     ) -> None:
-        self.publisher = publisher
+        super().__init__(publisher, state.save, cluster=cluster, **pacing)
         self.state = state
-        self.cluster = cluster
         self.node = node
         self.stats = stats
-        self.status_interval_seconds = status_interval_seconds
-        self.checkpoint_interval_seconds = checkpoint_interval_seconds
-        self.flush_timeout_seconds = flush_timeout_seconds
-        self._clock = clock
-        self._status = status
-        self._positions: ConfirmedPositions[LogPosition] = ConfirmedPositions(publisher, state.save)
-        self._follower: MetadataLogFollower | None = None
-        self._last_save = self._last_status = clock()
 
     def run(self, follower: MetadataLogFollower) -> None:
         """Ship until the follower stops; flush and save. Raises DeliveryError."""
@@ -109,20 +94,7 @@ class MetadataLogShipper(PeriodicDuties):
                     self._positions.mark(item)
                     self._tick()
         finally:
-            try:
-                self.publisher.flush(self.flush_timeout_seconds)
-            finally:
-                self._save_confirmed()
-
-    def on_idle(self) -> None:
-        """The follower found nothing new: serve delivery reports, save, report."""
-        self.publisher.poll(0)
-        self._save_confirmed()
-        self._tick()
-
-    def _save_confirmed(self) -> None:
-        self._positions.save_confirmed()
-        self._last_save = self._clock()
+            self._flush_and_save()
 
     def summary(self) -> str:
         s = self.publisher.stats

@@ -20,11 +20,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from detectors.envelope import DeadLetter, Envelope
 from detectors.parse_remote_log_metadata import RemoteLogMetadataStats
-from producers.confirmed_positions import ConfirmedPositions, PeriodicDuties
+from producers.following_shipper import FollowingShipper, Pacing
 from producers.kafka_publisher import KafkaPublisher
 from producers.remote_log_metadata_records import TOPIC, TopicRecord, iter_topic_records
 from producers.tail import StateError, read_state, write_state
@@ -184,7 +184,7 @@ class TopicReader:
         return ends
 
 
-class TopicShipper(PeriodicDuties):
+class TopicShipper(FollowingShipper[TopicPosition, TopicReader]):
     """Publishes the envelopes of what a :class:`TopicReader` yields; saves
     positions once delivered."""
 
@@ -194,24 +194,11 @@ class TopicShipper(PeriodicDuties):
         state: TopicState,
         *,
         cluster: str,
-        status_interval_seconds: float = 30.0,
-        checkpoint_interval_seconds: float = 1.0,
-        flush_timeout_seconds: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        status: Callable[[str], None] = lambda line: None,
+        **pacing: Unpack[Pacing],
     ) -> None:
-        self.publisher = publisher
+        super().__init__(publisher, state.save, cluster=cluster, **pacing)
         self.state = state
-        self.cluster = cluster
         self.stats = RemoteLogMetadataStats()
-        self.status_interval_seconds = status_interval_seconds
-        self.checkpoint_interval_seconds = checkpoint_interval_seconds
-        self.flush_timeout_seconds = flush_timeout_seconds
-        self._clock = clock
-        self._status = status
-        self._positions: ConfirmedPositions[TopicPosition] = ConfirmedPositions(publisher, state.save)
-        self._follower: TopicReader | None = None
-        self._last_save = self._last_status = clock()
 
     def run(self, reader: TopicReader) -> None:
         """Ship until the reader ends or stops; flush and save. Raises
@@ -239,23 +226,13 @@ class TopicShipper(PeriodicDuties):
                     positions.clear()
                 self._tick()
         finally:
-            try:
-                self.publisher.flush(self.flush_timeout_seconds)
-            finally:
-                if positions:
-                    self._positions.mark(positions[-1])
-                self._save_confirmed()
+            if positions:
+                self._positions.mark(positions[-1])
+            self._flush_and_save()
 
-    def on_idle(self) -> None:
-        """Nothing new on the topic: serve delivery reports, save, report."""
-        self.publisher.poll(0)
-        self._save_confirmed()
-        self._tick()
-
-    def _save_confirmed(self) -> None:
-        if self.state.cluster_id is not None:
-            self._positions.save_confirmed()
-        self._last_save = self._clock()
+    def _may_save(self) -> bool:
+        """Not before the watched cluster's id is known: a state names its cluster."""
+        return self.state.cluster_id is not None
 
     def summary(self) -> str:
         s = self.publisher.stats
