@@ -19,8 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +28,9 @@ import orjson
 from detectors.alerts import FIRING, RESOLVED
 from detectors.render import alert_line, tally
 from detectors.truth import confusion, count_by_status
+from fencewatch.event_broker import embedded_broker
 from fencewatch.observability import add_observability_options, check_observability_paths, observability
-from fencewatch.options import ALERTS_TOPIC, fail
+from fencewatch.options import ALERTS_TOPIC
 from fencewatch.summaries import print_confusion
 from producers.kafka_publisher import KafkaPublisher, TokenBucket
 from producers.simulator import SimConfig, Simulator
@@ -92,22 +92,6 @@ def _line(payload: str) -> str:
     return alert_line(orjson.loads(payload))
 
 
-@contextmanager
-def _embedded_broker(prog: str) -> Iterator[EmbeddedBroker]:
-    """The embedded broker for the demo's life; one that cannot start ends the demo in one line."""
-    from streaming.broker import BrokerError, EmbeddedBroker
-
-    broker = EmbeddedBroker()
-    try:
-        broker.start()
-    except BrokerError as exc:
-        fail(prog, f"the embedded broker did not start: {exc}", "fix that and run the demo again")
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
 def run(args: argparse.Namespace) -> int:
     prog = "fencewatch demo"
     check_observability_paths(args, prog)
@@ -127,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     with (
         tempfile.TemporaryDirectory(prefix="fencewatch-demo-") as work,
         observability(args, f"{work}/checkpoint", prog) as obs,
-        _embedded_broker(prog) as broker,
+        embedded_broker(prog, "fix that and run the demo again") as broker,
         contextlib.ExitStack() as real_node,
     ):
         say(f"embedded broker on {broker.bootstrap_servers}")

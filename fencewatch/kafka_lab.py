@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from detectors.render import alert_line
+from fencewatch.event_broker import embedded_broker
 from fencewatch.lab_verdict import (
     EpochComparison,
     compare_epochs,
@@ -150,16 +151,9 @@ def _work_dir(keep: str | None) -> Iterator[Path]:
 
 
 def _run(args: argparse.Namespace, kinds: tuple[str, ...], jars: Any, work: Path, say: Any) -> int:
-    from streaming.broker import BrokerError, EmbeddedBroker
-
     say(f"Apache Kafka {jars.version} from {jars.lib_dir}")
-    events = EmbeddedBroker()
-    try:
-        events.start()
-    except BrokerError as exc:
-        fail(PROG, f"the embedded broker did not start: {exc}", "fix that and run kafka-lab again")
     with contextlib.ExitStack() as stack:
-        stack.callback(events.stop)
+        events = stack.enter_context(embedded_broker(PROG, "fix that and run kafka-lab again"))
         events.create_topics({EVENTS_TOPIC: 3, ALERTS_TOPIC: 1, DEAD_LETTER_TOPIC: 1})
         cluster = LocalKafkaCluster(jars, work / "kafka", heap=args.heap, base_port=args.base_port)
         stack.callback(cluster.stop)
