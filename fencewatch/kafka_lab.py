@@ -8,7 +8,7 @@ client traffic (idempotent producers with ``acks=all``, consumers in a group),
 embedded broker's event topic (:mod:`lab.watch`), and with
 ``--nemesis`` a seeded schedule of failures (:mod:`localkafka.nemesis`). Alerts
 print as they arrive. At the end the cluster's own files are converted and
-replayed (:mod:`fencewatch.lab_verdict`) and a table says what was injected,
+replayed (:mod:`lab.verdict`) and a table says what was injected,
 judged and raised, and whether the view's leader epochs are Kafka's.
 
 Kafka is right here, so every alert or dead letter is a false one: the exit
@@ -30,17 +30,17 @@ from typing import Any
 
 from detectors.render import alert_line
 from fencewatch.event_broker import embedded_broker
-from fencewatch.lab_verdict import (
+from fencewatch.options import fail
+from fencewatch.replay import replay_config
+from lab.verdict import (
     EpochComparison,
     compare_epochs,
     convert_native,
     judge,
     kafka_leader_epochs,
     measured_clocks,
-    replay_config,
     view_leader_epochs,
 )
-from fencewatch.options import fail
 from lab.watch import ALERTS_TOPIC, DEAD_LETTER_TOPIC, EVENTS_TOPIC, JobCounters, Watchers
 from localkafka.cluster import LocalKafkaCluster
 from localkafka.fetch import DEFAULT_VERSION, KafkaSetupError, fetch_kafka

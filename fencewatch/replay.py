@@ -346,6 +346,14 @@ def run_spark(args: argparse.Namespace, config: DetectorConfig, truth: list[dict
     return 0
 
 
+def replay_config() -> DetectorConfig:
+    """The detector settings replay (and ``run``, whose options are the same) uses
+    when none is given; the Kafka lab judges its files by them."""
+    from fencewatch.cli import build_parser
+
+    return detector_config(build_parser("replay").parse_args(["replay", "-"]))
+
+
 def replay_report(files: list[str], config: DetectorConfig) -> IncidentReport:
     """The report ``--report`` fills, titled by the files replayed."""
     named = ", ".join("stdin" if f == "-" else os.path.basename(f) for f in files)

@@ -36,7 +36,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from detectors.requests import API_NAMES
-from fencewatch.lab_verdict import (
+from fencewatch.replay import replay_config
+from lab.verdict import (
     Converted,
     Judged,
     PartitionEpochs,
@@ -45,7 +46,6 @@ from fencewatch.lab_verdict import (
     judge,
     kafka_leader_epochs,
     measured_clocks,
-    replay_config,
     view_leader_epochs,
 )
 from lab.watch import JobCounters, Watchers

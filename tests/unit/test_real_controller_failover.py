@@ -24,7 +24,8 @@ import pytest
 from detectors.envelope import Envelope, dumps
 from detectors.parse_request_log import RequestLogStats
 from fencewatch.convert import parse_input
-from fencewatch.lab_verdict import judge, replay_config
+from fencewatch.replay import replay_config
+from lab.verdict import judge
 from producers.metadata_log import MetadataLogStats, iter_metadata_log_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kafka-lab"

@@ -8,7 +8,8 @@ checked against what Kafka itself says.
   ``fencewatch replay`` takes, and keeps each request log's account: its
   entries by API, those no rule reads, and its dead letters.
 - :func:`judge` runs the detector over those files as ``fencewatch replay``
-  does (merged by time, the commands' default settings, clocks measured).
+  does (merged by time; the caller gives the settings, the command's defaults
+  from ``fencewatch.replay.replay_config``).
 - :func:`kafka_leader_epochs` asks every broker's Metadata API (v7+ carries
   each partition's leader epoch; Admin's describeTopics does not) and
   :func:`compare_epochs` sets it against the view's.
@@ -143,14 +144,6 @@ def _write(items: Any, target: Path, done: Converted) -> None:
             elif isinstance(item, DeadLetter):
                 done.dead_letters.append(item.to_dict())
     done.files.append(target)
-
-
-def replay_config() -> DetectorConfig:
-    """The detector settings ``fencewatch replay`` and ``run`` use by default."""
-    from fencewatch.cli import build_parser
-    from fencewatch.options import detector_config
-
-    return detector_config(build_parser("replay").parse_args(["replay", "-"]))
 
 
 @dataclass
