@@ -72,6 +72,9 @@ MAX_EPOCHS_KEPT = 20_000
 # What a claim refers to: ((topic key, partition), "L" leader epoch or "P" partition epoch, epoch).
 EpochRef = tuple[tuple[str, int], str, int]
 # How far a step of the metadata log's clock moved the bounds of before it:
+# One bound as a bucket measured it, for the cluster's other buckets
+# (ClockBook.take_shared): (node, its time, the record's time, upper, fresh, frame).
+SharedBound = tuple[int, int, int, bool, bool, int]
 # upper bounds up, the spread of their estimates, lower bounds down (EvidenceLine.loosen).
 Loosening = tuple[int, int, int]
 
@@ -136,6 +139,14 @@ def _line_of(lines: dict[int, EvidenceLine], node: int) -> EvidenceLine:
 
 
 def _add_moved(
+def _extend_run(runs: list[list[int]], ts_ms: int) -> None:
+    """``ts_ms`` into a node's runs of record times (ClockBook.shared_runs)."""
+    if runs and ts_ms - runs[-1][1] <= GAP_MS:
+        runs[-1][1] = max(runs[-1][1], ts_ms)
+    else:
+        runs.append([ts_ms, ts_ms])
+
+
     line: EvidenceLine,
     node_ms: int,
     bound: int,
@@ -364,6 +375,15 @@ class ClockBook:
 
     def rebased(self, at_ms: int, margin_ms: int, up_ms: int = 0) -> None:
         """The metadata log's continuous time was anchored anew (MetadataClock
+        # The bounds this book measured itself since the cluster's other buckets
+        # were last told them (detectors.clock_exchange); None: not shared. And
+        # the node times it saw each node's records at since, as runs without a
+        # silence longer than GAP_MS: [first, last].
+        self.shared: list[SharedBound] | None = None
+        self.shared_runs: dict[int, list[list[int]]] = {}
+        # How far in each node's time the runs of every bucket have come in
+        # (detectors.clock_exchange.apply): its cuts up to there are the cluster's.
+        self.runs_known: dict[int, int] = {}
         took a step): the new controller's clock is lined up with the old one's
         only as well as the true gap between their records is guessed, within
         ``margin_ms``; after a step forward, which may as well have been a silence
@@ -380,12 +400,17 @@ class ClockBook:
         arrived before the step (``_since``). Forgotten, they left such a
         broker unmeasured, taken to agree with the log, and its requests judged
         seconds off (a broker 4 s ahead whose log replay read after a take-over:
+        self.__dict__.setdefault("shared", None)  # state saved before buckets shared their bounds
+        self.__dict__.setdefault("shared_runs", {})
+        self.__dict__.setdefault("runs_known", {})
         444 false alarms, tests/unit/test_redelivery.py).
 
         ``at_ms``: the time the step's record was placed at. The evidence as it
         stands is kept as the frame's view, for verdicts that read nothing of
         the log from the step on (``interval``)."""
         by = (margin_ms + up_ms, 2 * margin_ms + up_ms, margin_ms)
+        if self.shared is not None:
+            _extend_run(self.shared_runs.setdefault(node, []), ts_ms)
         self.views.append((self.frame, at_ms, {node: line.copy() for node, line in self.lines.items()}))
         for line in self.lines.values():
             line.loosen(by)
@@ -618,6 +643,9 @@ class ClockBook:
             if view is not None and ts_ms - view.low_ms + self.ahead_ms < at_ms:
                 return view
         return current
+        if self.shared is not None:
+            frame = self.frame if across is None else across[1]
+            self.shared.append((node, node_ms, created_ms, upper, fresh, frame))
 
     @overload
     def _interval_in(
@@ -655,6 +683,23 @@ class ClockBook:
             start,
             min(segment[1], (bucket + 1) * BUCKET_MS),
             result,
+    def take_shared(self, bound: SharedBound) -> None:
+        """A bound another bucket of the cluster measured (detectors.clock_exchange),
+        in the frame it names: placed exactly as the claim that made it was there.
+        A frame this book has not reached, or whose steps it has forgotten, is
+        left out: how far to move the bound is not known."""
+        node, node_ms, created_ms, upper, fresh, frame = bound
+        shared, self.shared = self.shared, None  # not told back to the others
+        try:
+            if frame == self.frame:
+                self._bound(node, node_ms, created_ms, upper, fresh)
+            elif frame < self.frame:
+                by = self._since(frame)
+                if by is not None:
+                    self._bound(node, node_ms, created_ms, upper, fresh, (by, frame))
+        finally:
+            self.shared = shared
+
         )
         return result
 

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
-from detectors import rules
+from detectors import clock_exchange, rules
 from detectors.alerts import Alert, Evidence
 from detectors.buckets import WHOLE, Bucket
+from detectors.clock_exchange import CLOCK_EVIDENCE
 from detectors.clocks import ClockInterval, MetadataClock
 from detectors.cluster import ClusterState, Counters, handling_ms, new_clock_book
 from detectors.config import DetectorConfig
@@ -330,6 +331,8 @@ class Detector:
         newest = cs.progress.max_ts_ms
         source: SourceKey | None = None
         ts_ms: float = env.ts_ms
+        if env.kind == CLOCK_EVIDENCE:
+            return self._clock_evidence(cs, env, home)
         # A request's clock interval, looked up once for its late check and its due time.
         clock: ClockInterval | None = None
         if cs.measures_clocks:
@@ -634,6 +637,19 @@ class Detector:
             placed = self._place_metadata(cs, env) if cs.measures_clocks else env.ts_ms
             if placed != env.ts_ms:
                 env = Envelope(
+    def _clock_evidence(self, cs: _Cluster, env: Envelope, home: bool) -> list[DeadLetter]:
+        """Bounds the cluster's other buckets measured (detectors.clock_exchange):
+        no event of the cluster, so neither counted nor part of its progress."""
+        try:
+            clock_exchange.apply(cs, env)
+        except BadRecord as exc:
+            if not home:
+                return []
+            letter = exc.dead_letter(env.position)
+            self.dead_letter(letter)
+            return [letter]
+        return []
+
                     env.cluster, env.node, placed, env.kind, env.offset, env.body, env.position, env.seq
                 )
             if env.body.get("type") == LEADER_CHANGE:

@@ -21,7 +21,9 @@ import orjson
 from detectors.fast_init import fast_init
 from detectors.pickling import fast_pickle
 
-KINDS = ("request", "metadata", "quorum_state", "remote_log_metadata")
+# clock_evidence: bounds the buckets of a split cluster share (detectors.clock_exchange),
+# published by the streaming job into its event topic.
+KINDS = ("request", "metadata", "quorum_state", "remote_log_metadata", "clock_evidence")
 NODE_REQUIRED = ("request", "quorum_state")
 MAX_CLUSTER_LENGTH = 249
 MAX_TS_MS = 253402300799999  # 9999-12-31T23:59:59.999Z

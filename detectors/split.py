@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from detectors import clock_exchange
 from detectors.alerts import Alert
 from detectors.buckets import Bucket, buckets_of
 from detectors.config import DetectorConfig
@@ -20,13 +21,54 @@ from detectors.stats import merge_buckets
 class Split:
     """One cluster's detectors, one per bucket, fed as the streaming job feeds them."""
 
-    def __init__(self, count: int, config: DetectorConfig, now_ms: Callable[[], int] = lambda: 0):
+    def __init__(
+        self,
+        count: int,
+        config: DetectorConfig,
+        now_ms: Callable[[], int] = lambda: 0,
+        share_clocks: bool = False,
+    ):
+        """``share_clocks``: the buckets share their clock evidence at each
+        :meth:`exchange`, as the job's do after each micro-batch (detectors.clock_exchange)."""
         self.count = count
         self.detectors = [Detector(config, now_ms=now_ms, bucket=Bucket(i, count)) for i in range(count)]
         self.dead_letters: list[DeadLetter] = []
         self.own_records = [0] * count  # records a bucket received and not every bucket did
+        self.share_clocks = share_clocks
+        self._exchanged = 0
+
+    def exchange(self, cluster: str) -> list[Envelope]:
+        """Share what each bucket measured of ``cluster``'s clocks since the last
+        exchange: the clock evidence records the job publishes after a
+        micro-batch, ingested by every bucket as the job's topic delivers them
+        (returned, for a test to deliver again)."""
+        bodies = []
+        for detector in self.detectors:
+            if cluster in detector.clusters:
+                body = clock_exchange.take_shared(detector.cluster(cluster))
+                if body is not None:
+                    bodies.append(body)
+        out = []
+        for body in clock_exchange.merge(bodies):
+            self._exchanged += 1
+            env = Envelope(
+                cluster,
+                None,
+                clock_exchange.envelope_body_time(body),
+                clock_exchange.CLOCK_EVIDENCE,
+                None,
+                body,
+                f"clock-exchange:{self._exchanged}",
+            )
+            self.ingest(env)
+            out.append(env)
+        return out
 
     def ingest(self, env: Envelope) -> None:
+        if self.share_clocks:
+            clock_exchange.share(self.detectors[0].cluster(env.cluster))
+            for detector in self.detectors[1:]:
+                clock_exchange.share(detector.cluster(env.cluster))
         targets = buckets_of(env, self.count)
         if len(targets) < self.count:
             for b in targets:

@@ -149,15 +149,23 @@ def spark_session(
 
 
 def detect(
-    events: DataFrame, detector: DetectorConfig, scope: str, idle_flush_ms: int, buckets: int
+    events: DataFrame,
+    detector: DetectorConfig,
+    scope: str,
+    idle_flush_ms: int,
+    buckets: int,
+    share_clocks: bool = False,
 ) -> DataFrame:
     """The job's stateful part, whatever the source: ``events`` (the columns of
     ``kafka_source.read_events``; each key's rows are judged in (partition,
     offset) order) routed to the buckets of their cluster, and the detector run
     on each bucket. Rows of ``OUTPUT_SCHEMA``. ``scope`` names the query (its
-    checkpoint); see ``DetectorProcessor`` for ``idle_flush_ms``. Also used by
-    the file backfill (streaming/file_source.py)."""
-    processor = DetectorProcessor(detector, scope=scope, idle_flush_ms=idle_flush_ms, buckets=buckets)
+    checkpoint); see ``DetectorProcessor`` for ``idle_flush_ms`` and
+    ``share_clocks``. Also used by the file backfill (streaming/file_source.py),
+    which has no topic to share clocks through."""
+    processor = DetectorProcessor(
+        detector, scope=scope, idle_flush_ms=idle_flush_ms, buckets=buckets, share_clocks=share_clocks
+    )
     return (
         route(events, buckets)
         .groupBy("key")
@@ -218,7 +226,12 @@ def start(
         source_options["idleTriggerMs"] = str(options.idle_flush_ms)
     buckets = resolve_buckets(spark, options.checkpoint, options.buckets)
     events = read_events(spark, source_options, source=options.kafka_source, route_buckets=buckets)
-    detected = detect(events, options.detector, options.checkpoint, options.idle_flush_ms, buckets)
+    # Split clusters measure each clock once for all their buckets: every bucket's
+    # bounds go to the others through the event topic (detectors.clock_exchange).
+    share_clocks = buckets > 1 and options.detector.measure_clocks
+    detected = detect(
+        events, options.detector, options.checkpoint, options.idle_flush_ms, buckets, share_clocks
+    )
     sinks = Sinks(
         TopicSink(options.bootstrap_servers, options.alerts_topic, options.kafka_config),
         TopicSink(options.bootstrap_servers, options.dead_letter_topic, options.kafka_config),
@@ -227,6 +240,11 @@ def start(
         on_alert=on_alert,
         metrics=metrics,
         webhooks=webhooks,
+        clock_evidence=(
+            TopicSink(options.bootstrap_servers, options.topic, options.kafka_config)
+            if share_clocks
+            else None
+        ),
     )
     # Without a caller's metrics, a private registry: the listener still
     # closes the sinks' producers when the query stops.

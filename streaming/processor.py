@@ -24,6 +24,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from detectors import clock_exchange
 from detectors.buckets import Bucket
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
@@ -32,7 +33,7 @@ from detectors.gc_tuning import collector_paused, tune_for_detector
 from streaming import snapshot_format
 from streaming.pending_store import PENDING_KEY_SCHEMA, PENDING_VALUE_SCHEMA, PendingStore
 from streaming.routing import decode_key
-from streaming.schema import OUTPUT_COLUMNS, alert_row, dead_letter_row, stats_row
+from streaming.schema import OUTPUT_COLUMNS, alert_row, clock_evidence_row, dead_letter_row, stats_row
 from streaming.state import (
     DETECTOR_SCHEMA,
     GROUP_KEY_SCHEMA,
@@ -67,15 +68,20 @@ _COPIES: dict[str, Envelope] = {}
 
 
 class DetectorProcessor(StatefulProcessor):
-    def __init__(self, config: DetectorConfig, scope: str, idle_flush_ms: int, buckets: int):
+    def __init__(
+        self, config: DetectorConfig, scope: str, idle_flush_ms: int, buckets: int, share_clocks: bool = False
+    ):
         """``scope`` names the query (its checkpoint), so several queries in one
         worker never share a cached detector; ``idle_flush_ms`` is how long a
         bucket may be silent before waiting judgments are made anyway;
-        ``buckets``: how many buckets each cluster is split into."""
+        ``buckets``: how many buckets each cluster is split into;
+        ``share_clocks``: each bucket emits the clock bounds it measured, for the
+        driver to publish to every bucket (detectors.clock_exchange)."""
         self.config = config
         self.scope = scope
         self.idle_flush_ms = idle_flush_ms
         self.buckets = buckets
+        self.share_clocks = share_clocks
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         tune_for_detector()  # this Python worker holds detectors from now on
@@ -128,6 +134,8 @@ class DetectorProcessor(StatefulProcessor):
             # queued already, and written to the pending store at the next save.
             detector.keep_pending_apart(cluster, stored_judgments)
         state = detector.cluster(cluster)
+        if self.share_clocks:
+            clock_exchange.share(state)  # a checkpoint of before shares from this batch on
         store = state.view.partitions
         assert isinstance(store, PartitionStore)
         store.attach(self.partition_groups, self.buckets)
@@ -238,6 +246,7 @@ class DetectorProcessor(StatefulProcessor):
                     out.append(dead_letter_row(cluster, letter, None, None))
             out.extend(alert_row(a) for a in detector.drain())
         timers = self._rearm_idle_timer(detector, timerValues.getCurrentProcessingTimeInMs(), timers)
+        out.extend(_shared(cluster, detector))
         version = self._save(key[0], cluster, version, detector, pending, timers)
         out.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(out, columns=OUTPUT_COLUMNS)
@@ -252,12 +261,20 @@ class DetectorProcessor(StatefulProcessor):
         expired = expiredTimerInfo.getExpiryTimeInMs()
         if timers is not None:
             timers = tuple(t for t in timers if t != expired)
+        rows.extend(_shared(cluster, detector))
         version = self._save(key[0], cluster, version, detector, pending, timers)
         rows.append(self._stats(cluster, version, detector))
         yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass
+
+
+def _shared(cluster: str, detector: Detector) -> list[dict[str, Any]]:
+    """The clock bounds the bucket measured in this batch, taken out before the
+    save (a retried batch measures them again), as a row for the driver."""
+    body = clock_exchange.take_shared(detector.cluster(cluster))
+    return [] if body is None else [clock_evidence_row(cluster, body)]
 
 
 def _text(value: Any) -> str:

@@ -217,6 +217,7 @@ def _buckets(envelope: Column, buckets: int) -> Column:
         .when(kind == "metadata", _metadata(body, buckets))
         .when(kind == "remote_log_metadata", _remote(body, buckets))
         .when(kind == "request", _request(body, buckets))
+        .when(kind == "clock_evidence", _everywhere(buckets))  # detectors.clock_exchange
         .otherwise(_nowhere())  # quorum state, unknown kinds, no envelope at all
     )
 

@@ -10,11 +10,13 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from detectors.alerts import Alert
 from detectors.envelope import DeadLetter, dumps
 
-ALERT, DEAD_LETTER, STATS = "alert", "dead_letter", "stats"
+ALERT, DEAD_LETTER, STATS, CLOCKS = "alert", "dead_letter", "stats", "clock_evidence"
 
-# record_type: ALERT, DEAD_LETTER or STATS; id: alert_id, the record's position,
-# or the cluster; payload: the SPEC section 3 alert JSON, the dead letter JSON,
-# or the cluster's detector snapshot (detectors.stats) for the driver's metrics.
+# record_type: ALERT, DEAD_LETTER, STATS or CLOCKS; id: alert_id, the record's
+# position, or the cluster; payload: the SPEC section 3 alert JSON, the dead
+# letter JSON, the cluster's detector snapshot (detectors.stats) for the
+# driver's metrics, or the clock bounds a bucket measured for the others
+# (detectors.clock_exchange.take_shared), which the driver publishes.
 OUTPUT_SCHEMA = StructType(
     [
         StructField("record_type", StringType(), False),
@@ -50,6 +52,18 @@ def stats_row(cluster: str, snapshot: dict[str, Any]) -> dict[str, Any]:
         "source_partition": None,
         "source_offset": None,
         "payload": dumps(snapshot),
+    }
+
+
+def clock_evidence_row(cluster: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "record_type": CLOCKS,
+        "cluster": cluster,
+        "id": cluster,
+        "ts_ms": None,
+        "source_partition": None,
+        "source_offset": None,
+        "payload": dumps(body),
     }
 
 

@@ -20,15 +20,16 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from detectors import clock_exchange
 from streaming.delivery_ledger import DeliveryLedger, PublishMark
 from streaming.kafka_source import fetch_high_watermarks
-from streaming.schema import ALERT, DEAD_LETTER, STATS
+from streaming.schema import ALERT, CLOCKS, DEAD_LETTER, STATS
 
 if TYPE_CHECKING:
     from streaming.metrics import Metrics
@@ -343,9 +344,13 @@ class Sinks:
         on_alert: Callable[[str], None] | None = None,
         metrics: Metrics | None = None,
         webhooks: Dispatcher | None = None,
+        clock_evidence: TopicSink | None = None,
     ):
+        """``clock_evidence``: the event topic, where the clock bounds the
+        buckets measured go for every bucket to take (detectors.clock_exchange)."""
         self.alerts = alerts
         self.dead_letters = dead_letters
+        self.clock_evidence = clock_evidence
         self.ledger = ledger
         self.console = console
         self.on_alert = on_alert
@@ -386,6 +391,10 @@ class Sinks:
             self.ledger.record(PublishMark(batch_id, {s.topic: s.end_offsets() for s in sinks}))
         self.alerts.publish(new_alerts, batch_id)
         self.dead_letters.publish(new_letters, batch_id)
+        if self.clock_evidence is not None:
+            # Not in the ledger: a batch run again publishes them again, and a
+            # bound taken twice changes nothing.
+            self.clock_evidence.publish(clock_evidence_records(rows, batch_id), batch_id)
         if self.metrics is not None:
             self.metrics.sink_records.labels(sink="alerts_topic").inc(len(new_alerts))
             self.metrics.sink_records.labels(sink="dead_letter_topic").inc(len(new_letters))
@@ -401,3 +410,37 @@ class Sinks:
     def close(self) -> None:
         self.alerts.close()
         self.dead_letters.close()
+        if self.clock_evidence is not None:
+            self.clock_evidence.close()
+
+
+def clock_evidence_records(rows: Iterable[Any], batch_id: int) -> list[Record]:
+    """The buckets' clock bounds of one batch (CLOCKS rows), merged per cluster
+    into clock evidence envelopes (detectors.clock_exchange), as records for the
+    event topic, keyed by cluster as every shipper keys its records."""
+    by_cluster: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.record_type == CLOCKS:
+            by_cluster.setdefault(row.cluster, []).append(orjson.loads(row.payload))
+    out = []
+    for cluster, bodies in sorted(by_cluster.items()):
+        # Bodies in bucket order, so a tie between buckets keeps the lowest's bound.
+        bodies.sort(key=lambda body: body["bucket"])
+        for i, body in enumerate(clock_exchange.merge(bodies)):
+            envelope = {
+                "cluster": cluster,
+                "node": None,
+                "ts_ms": clock_exchange.envelope_body_time(body),
+                "kind": clock_exchange.CLOCK_EVIDENCE,
+                "body": body,
+            }
+            out.append(Record(cluster, f"clock-evidence:{batch_id}:{i}", orjson.dumps(envelope).decode()))
+    return out
+
+
+class Record(NamedTuple):
+    """A record for :meth:`TopicSink.publish` made on the driver."""
+
+    cluster: str
+    id: str
+    payload: str
