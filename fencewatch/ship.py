@@ -24,8 +24,10 @@ position per partition like the following shippers, until SIGTERM/SIGINT or,
 with ``--once``, to the topic's end. ``quorum-state`` watches a controller's
 quorum-state file (:mod:`producers.quorum_state_shipper`) until SIGTERM/SIGINT,
 or with ``--once`` publishes the current state and exits. ``metadata-log``
-follows a live ``__cluster_metadata-0`` directory (wired in
-:mod:`fencewatch.ship_metadata_log`, shipped by :mod:`producers.metadata_log_shipper`).
+follows a live ``__cluster_metadata-0`` directory (shipped by
+:mod:`producers.metadata_log_shipper`). Each format's wiring is a module of its
+own: ``fencewatch.ship_request_log``, ``ship_dumps``, ``ship_remote_log_topic``,
+``ship_quorum_state`` and ``ship_metadata_log``.
 
 Records are keyed by ``--cluster``; values are envelope JSON. Dead letters go to
 ``--dead-letter-topic`` when given, else to stderr as JSON lines.
@@ -57,44 +59,28 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from contextlib import ExitStack
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from detectors.parse_metadata_dump import MetadataDumpStats
-from detectors.parse_native import parse_input
 from detectors.parse_quorum_state import FILE_NAME as QUORUM_STATE_FILE_NAME
-from detectors.parse_remote_log_metadata import RemoteLogMetadataStats
-from fencewatch.inputs import open_input
-from fencewatch.interrupts import stop_on_signals
-from fencewatch.options import add_record_limit_option, input_file, input_files
+from fencewatch import ship_dumps, ship_quorum_state, ship_remote_log_topic, ship_request_log
+from fencewatch.options import add_record_limit_option
+from fencewatch.ship_remote_log_topic import REMOTE_TOPIC_STATE_FILE, SOURCE_SASL_PASSWORD_ENV
 from fencewatch.shipping import (
     STATE_SUFFIX,
     add_kafka_options,
-    load_state,
-    open_publisher,
     publisher_from_args,
-    say,
-    ship_until_stopped,
-    state_path_for,
 )
-from producers.dump_shipper import METADATA_DUMP, REMOTE_LOG_METADATA, DumpShipper
+from producers.dump_shipper import METADATA_DUMP, REMOTE_LOG_METADATA
 from producers.kafka_publisher import (
-    DeliveryError,
-    KafkaPublisher,
     parse_config_pairs,
 )
 from producers.quorum_state_shipper import FORMAT as QUORUM_STATE
-from producers.quorum_state_shipper import QuorumStateShipper, quorum_state_path
 from producers.request_log_shipper import FORMAT as REQUEST_LOG
-from producers.request_log_shipper import RequestLogShipper
-from producers.tail import FileFollower, StateFile
 
 METADATA_LOG = "metadata-log"  # fencewatch.ship_metadata_log
 DEAD_LETTER_TOPIC_ENV = "FENCEWATCH_DEAD_LETTER_TOPIC"
 SOURCE_BOOTSTRAP_ENV = "FENCEWATCH_SOURCE_BOOTSTRAP_SERVERS"
-SOURCE_SASL_PASSWORD_ENV = "FENCEWATCH_SOURCE_SASL_PASSWORD"
-REMOTE_TOPIC_STATE_FILE = "remote-log-metadata.fencewatch-offset"
 _MAX_NODE_ID = 2147483647
 _MAX_CLUSTER_CHARS = 249
 
@@ -357,132 +343,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: error: {problem}", file=sys.stderr)
         return 2
     if args.format == REQUEST_LOG:
-        return _run_request_log(args, publisher, prog)
+        return ship_request_log.run(args, publisher, prog)
     if args.format == QUORUM_STATE:
-        return _run_quorum_state(args, publisher, prog)
+        return ship_quorum_state.run(args, publisher, prog)
     if args.format == METADATA_LOG:
         # Imported here: only this format needs kafka-python.
-        from fencewatch.ship_metadata_log import run as run_metadata_log
+        from fencewatch import ship_metadata_log
 
-        return run_metadata_log(args, publisher, prog)
+        return ship_metadata_log.run(args, publisher, prog)
     if args.format == REMOTE_LOG_METADATA and args.from_topic:
-        return _run_remote_topic(args, publisher, prog)
-    return _run_stream(args, publisher, prog)
-
-
-# -- request-log -------------------------------------------------------------------
-
-
-def _run_request_log(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
-    state = StateFile(state_path_for(args.file, args.state_file))
-    if os.path.lexists(args.file):  # it may appear later, unless --once
-        input_file(prog, args.file)
-    usable, start = load_state(prog, state)
-    if not usable:
-        return 1
-    followed = os.path.abspath(args.file)
-    if start is not None and start.followed != followed:
-        print(
-            f"{prog}: state file {state.path} belongs to {start.followed}, not {followed}; "
-            "use --state-file to keep a separate one",
-            file=sys.stderr,
-        )
-        return 1
-    if args.once and start is None and not os.path.exists(args.file):
-        print(f"{prog}: cannot open {args.file}: no such file -- check the path", file=sys.stderr)
-        return 1
-    if not open_publisher(publisher, prog, args):
-        return 1
-    shipper = RequestLogShipper(
-        publisher,
-        state,
-        cluster=args.cluster,
-        node=args.node,
-        tz=args.tz,
-        status_interval_seconds=args.status_interval,
-        flush_timeout_seconds=args.flush_timeout,
-        status=say,
-        max_record_bytes=args.max_record_bytes,
-        all_apis=args.all_apis,
-    )
-    follower = FileFollower(
-        args.file,
-        start=start,
-        from_beginning=args.from_beginning,
-        once=args.once,
-        poll_interval_seconds=args.poll_interval,
-        sleep=publisher.poll,  # serve delivery reports while waiting for data
-        on_idle=shipper.on_idle,
-        on_notice=say,
-        max_line_bytes=args.max_record_bytes,
-    )
-    return ship_until_stopped(
-        prog,
-        lambda: shipper.run(follower),
-        follower.stop,
-        shipper.summary,
-        undelivered_note=f"; state kept at the last confirmed position in {state.path}",
-    )
-
-
-# -- metadata-dump, remote-log-metadata --------------------------------------------
-
-
-def _run_stream(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
-    """Publish dump-like inputs (metadata-dump, remote-log-metadata) to their end
-    (:class:`producers.dump_shipper.DumpShipper`)."""
-    input_files(prog, args.files)
-    stats: MetadataDumpStats | RemoteLogMetadataStats = (
-        MetadataDumpStats() if args.format == METADATA_DUMP else RemoteLogMetadataStats()
-    )
-    node = getattr(args, "node", None)  # remote-log-metadata has none
-    with ExitStack() as stack:
-        try:
-            inputs = [(name, open_input(name, stack)) for name in args.files]
-        except OSError as exc:
-            print(
-                f"{prog}: cannot open {exc.filename}: {exc.strerror or exc} -- check the path",
-                file=sys.stderr,
-            )
-            return 1
-        if not open_publisher(publisher, prog, args):
-            return 1
-        shipper = DumpShipper(
-            publisher,
-            input_format=args.format,
-            cluster=args.cluster,
-            node=node,
-            flush_timeout_seconds=args.flush_timeout,
-        )
-        with stop_on_signals(shipper.stop):
-            try:
-                for name, stream in inputs:
-                    source = "stdin" if name == "-" else name
-                    items = parse_input(
-                        stream,
-                        stats,
-                        source=source,
-                        cluster=args.cluster,
-                        node=node,
-                        max_record_bytes=args.max_record_bytes,
-                    )
-                    shipper.ship(source, items)
-                shipper.flush()
-            except DeliveryError as exc:
-                print(f"{prog}: {exc}", file=sys.stderr)
-                return 1
-    s = publisher.stats
-    skipped = (
-        f"{stats.control_records} control records skipped"
-        if isinstance(stats, MetadataDumpStats)
-        else f"{stats.other_lines} other lines skipped"
-    )
-    say(
-        f"{args.format}: {len(inputs)} file(s), {stats.lines} lines: {s.envelopes} records "
-        f"shipped, {stats.dead_letters} dead letters ({s.delivered} delivered), {skipped}"
-        + ("; stopped early by a signal" if shipper.stopped else "")
-    )
-    return 130 if shipper.stopped else 0
+        return ship_remote_log_topic.run(args, publisher, prog)
+    return ship_dumps.run(args, publisher, prog)
 
 
 # -- remote-log-metadata --from-topic ------------------------------------------------
@@ -511,79 +382,3 @@ def _remote_source_problem(args: argparse.Namespace) -> str | None:
     except ValueError as exc:
         return str(exc).replace("--kafka-config", "--source-kafka-config")
     return None
-
-
-def _run_remote_topic(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
-    # Imported here: only this input needs kafka-python's schema loader.
-    from producers.remote_log_metadata_topic import TopicReader, TopicShipper, TopicState
-
-    state = TopicState(args.state_file or REMOTE_TOPIC_STATE_FILE)
-    usable, saved = load_state(prog, state)
-    if not usable:
-        return 1
-    if saved is not None:
-        state.cluster_id = saved[0]
-    config: dict[str, Any] = {
-        "bootstrap.servers": args.source_bootstrap_servers,
-        **parse_config_pairs(args.source_kafka_config),
-    }
-    if "sasl.password" not in config and os.environ.get(SOURCE_SASL_PASSWORD_ENV):
-        config["sasl.password"] = os.environ[SOURCE_SASL_PASSWORD_ENV]
-    if not open_publisher(publisher, prog, args):
-        return 1
-    shipper = TopicShipper(
-        publisher,
-        state,
-        cluster=args.cluster,
-        status_interval_seconds=args.status_interval,
-        flush_timeout_seconds=args.flush_timeout,
-        status=say,
-    )
-    reader = TopicReader(
-        config,
-        start=saved[1] if saved else None,
-        expected_cluster_id=saved[0] if saved else None,
-        once=args.once,
-        on_idle=shipper.on_idle,
-    )
-
-    return ship_until_stopped(
-        prog,
-        lambda: shipper.run(reader),
-        reader.stop,
-        shipper.summary,
-        undelivered_note=f"; state kept at the last confirmed position in {state.path}",
-    )
-
-
-# -- quorum-state --------------------------------------------------------------------
-
-
-def _run_quorum_state(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
-    path = quorum_state_path(args.path)
-    if os.path.lexists(path):
-        input_file(prog, path)
-    elif args.once:
-        print(f"{prog}: cannot open {path}: no such file -- check the path", file=sys.stderr)
-        return 1
-    if not open_publisher(publisher, prog, args):
-        return 1
-    shipper = QuorumStateShipper(
-        publisher,
-        path,
-        cluster=args.cluster,
-        node=args.node,
-        poll_interval_seconds=args.poll_interval,
-        status_interval_seconds=args.status_interval,
-        flush_timeout_seconds=args.flush_timeout,
-        max_record_bytes=args.max_record_bytes,
-        status=say,
-    )
-
-    def read_error(exc: Exception) -> str:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        return f"cannot read {path}: {reason} -- check the path"
-
-    return ship_until_stopped(
-        prog, lambda: shipper.run(once=args.once), shipper.stop, shipper.summary, read_error=read_error
-    )
