@@ -68,9 +68,10 @@ from streaming.broker import EmbeddedBroker
 # In make test-extended, not make test, until the false alarms this test found
 # on Kafka 4.4.0 are fixed (issue 43; `fencewatch kafka-lab --nemesis` shows
 # them): a controller fail-over's election silence longer than the metadata
-# log's step threshold taken for a clock step (MetadataClock._place), and
-# brokers whose metadata trails the controllers' log past the grace window
-# (their BrokerHeartbeat.currentMetadataOffset shows it; no rule reads it).
+# log's step threshold taken for a clock step (MetadataClock._place). The
+# other source, brokers whose metadata trails the log past the grace window,
+# is bounded by their BrokerHeartbeat.currentMetadataOffset
+# (ClusterState.metadata_applied, tests/unit/test_real_broker_metadata_lag.py).
 pytestmark = [pytest.mark.integration, pytest.mark.extended]
 
 SEED = 7
