@@ -119,11 +119,17 @@ def superseding_offset(
     acted on was superseded: that of the earliest state of the run of states
     ending with ``first`` (a judged window's first state) for which ``stale``
     holds, all of them superseding what the broker acted on. None when that
-    state has no log offset (a snapshot's record, a ZooKeeper-mode request)."""
+    state has no log offset (a snapshot's record, a ZooKeeper-mode request),
+    and when ``first`` is not in ``history``."""
     _, states = history.items()
     at = len(states) - 1
-    while at > 0 and states[at] is not first:
+    # Equal, not only the same object: a store may give a partition's history
+    # anew at each read (streaming.state), and an older state's offset would
+    # ask less of the broker than the one it acted against.
+    while at >= 0 and states[at] is not first and states[at] != first:
         at -= 1
+    if at < 0:
+        return None
     while at > 0 and stale(states[at - 1]):
         at -= 1
     return states[at].source.offset

@@ -14,17 +14,20 @@ heartbeat reporting offset 7 or more, from before the request, makes it certain.
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from detectors.alerts import Evidence
-from detectors.applied_metadata import AppliedMetadata
+from detectors.applied_metadata import AppliedMetadata, EpochAbove, LedByOther, superseding_offset
 from detectors.buckets import buckets_of
 from detectors.engine import Detector
 from detectors.envelope import envelope_from_obj
 from detectors.errors import KafkaError
+from detectors.history import History
 from detectors.stats import UnverifiedReason
+from detectors.view import PartitionState
 from producers import shapes as s
 
 NONE = KafkaError.NONE
@@ -197,3 +200,22 @@ def test_what_heartbeats_reported_survives_a_snapshot_of_the_detector():
     assert applied is not None
     report = applied.applied_by(2, 12_000)
     assert report is not None and report[0] == ELECTION_OFFSET
+
+
+def test_the_superseding_record_is_found_in_a_history_read_anew():
+    """A state store may give a partition's history as a new copy at each read."""
+    view = Evidence("view", "metadata", 0, None, 7, "log:7", "epoch 1")
+    older = PartitionState(
+        leader=1, leader_epoch=0, partition_epoch=0, isr=(1,), replicas=(1,), elr=(), source=view
+    )
+    states = [
+        older,
+        replace(older, leader=2, leader_epoch=1, partition_epoch=1, source=replace(view, offset=8)),
+        replace(older, leader=2, leader_epoch=1, partition_epoch=2, source=replace(view, offset=9)),
+    ]
+    history = History.of([0, 10, 20], states)
+    copy = History.of([0, 10, 20], [replace(s) for s in states])
+    assert superseding_offset(copy, states[2], EpochAbove(0)) == 8
+    assert superseding_offset(history, states[2], LedByOther(1)) == 8
+    absent = replace(states[2], partition_epoch=3)
+    assert superseding_offset(history, absent, EpochAbove(0)) is None
