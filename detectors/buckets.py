@@ -11,7 +11,8 @@ Each record goes to the buckets of the partitions it names. Records every
 bucket needs go to all of them ("fanned out"): the cluster-wide metadata
 (brokers, topics, features), StopReplica / LeaderAndIsr / UpdateMetadata,
 whose controller epoch a broker accepts for all its partitions, and
-BrokerHeartbeat, how far a broker had applied the metadata log. Records about no partition
+BrokerHeartbeat, how far a broker had applied the metadata log, and the
+clock evidence the buckets share (detectors.clock_exchange). Records about no partition
 (quorum traffic and state, requests no rule reads) go to bucket 0.
 
 A record reaching several buckets is counted, dead-lettered and judged for
