@@ -243,9 +243,19 @@ class ClusterState:
         if self.applied is None:
             self.applied = AppliedMetadata(self.config.retention_ms)
         offset = heartbeat.current_metadata_offset
+        # What the broker asked for says where it stood (BrokerLifecycleManager:
+        # wantFence until it is ready to be unfenced, wantShutDown in controlled shutdown).
+        asked = "".join(
+            f", {what}"
+            for what, wanted in (
+                ("wanting to stay fenced", heartbeat.want_fence),
+                ("in controlled shutdown", heartbeat.want_shut_down),
+            )
+            if wanted
+        )
         summary = (
-            f"broker {heartbeat.broker_id} (epoch {heartbeat.broker_epoch}) had applied the metadata log "
-            f"up to offset {offset} (its BrokerHeartbeat to controller {env.node})"
+            f"broker {heartbeat.broker_id} (epoch {heartbeat.broker_epoch}{asked}) had applied the metadata "
+            f"log up to offset {offset} (its BrokerHeartbeat to controller {env.node})"
         )
         self.applied.heard(
             heartbeat.broker_id, self.controller_handled(env)[0], offset, Evidence.of("view", env, summary)

@@ -219,3 +219,12 @@ def test_the_superseding_record_is_found_in_a_history_read_anew():
     assert superseding_offset(history, states[2], LedByOther(1)) == 8
     absent = replace(states[2], partition_epoch=3)
     assert superseding_offset(history, absent, EpochAbove(0)) is None
+
+
+def test_the_heartbeat_in_the_evidence_says_the_broker_was_in_controlled_shutdown(cluster):
+    elect_broker_2(cluster)
+    body = s.broker_heartbeat(2, cluster.broker_epochs[2], ELECTION_OFFSET, want_shut_down=True)
+    cluster.request(12_000, CONTROLLER, body)
+    stale_fetch(cluster)
+    (alert,) = cluster.run().alerts
+    assert any("in controlled shutdown) had applied" in e.summary for e in alert.evidence)
