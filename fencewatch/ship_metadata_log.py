@@ -73,5 +73,5 @@ def run(args: argparse.Namespace, publisher: KafkaPublisher, prog: str) -> int:
         lambda: shipper.run(follower),
         follower.stop,
         shipper.summary,
-        undelivered_note=f"; state kept at the last confirmed position in {state.path}",
+        state_path=state.path,
     )

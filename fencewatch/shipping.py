@@ -122,19 +122,21 @@ def ship_until_stopped(
     stop: Callable[[], None],
     summary: Callable[[], str],
     *,
-    undelivered_note: str = "",
+    state_path: str | None = None,
     read_error: Callable[[Exception], str] = str,
 ) -> int:
     """Run a following shipper (``ship``) with SIGTERM/SIGINT as a clean stop
     (``stop``), report how it ended, and return the exit code: 0, or 1 when
-    records could not be delivered (``undelivered_note`` says what was kept) or
-    the input could not be read (``read_error`` says so)."""
+    records could not be delivered (the state file at ``state_path``, if any,
+    keeps the last confirmed position) or the input could not be read
+    (``read_error`` says so)."""
     with stop_on_signals(stop):
         try:
             ship()
         except DeliveryError as exc:
             print(f"{prog}: {exc}", file=sys.stderr)
-            say(summary() + undelivered_note)
+            kept = f"; state kept at the last confirmed position in {state_path}" if state_path else ""
+            say(summary() + kept)
             return 1
         except (OSError, StateError) as exc:
             print(f"{prog}: {read_error(exc)}", file=sys.stderr)
