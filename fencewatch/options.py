@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlparse
@@ -157,10 +158,77 @@ def add_clock_bound_option(group: argparse._ArgumentGroup) -> None:
         "offsets of a wide interval can become certain; evidence that contradicts it wins and is "
         "reported. Repeatable, or comma-separated (env FENCEWATCH_CLOCK_BOUND_MS)",
     )
+    group.add_argument(
+        "--clock-bounds-from-prometheus",
+        default=os.environ.get("FENCEWATCH_CLOCK_BOUNDS_FROM_PROMETHEUS"),
+        metavar="URL",
+        help="read each node's clock bound, once at the start, from the Prometheus at URL that scrapes "
+        "node_exporter on its host: |node_timex_offset_seconds| + node_timex_maxerror_seconds, plus the "
+        "largest of every host mapped (the metadata log's clock is the active controller's: map the "
+        "controllers' hosts too); where --clock-bound-ms bounds a node too, the tighter wins "
+        "(env FENCEWATCH_CLOCK_BOUNDS_FROM_PROMETHEUS)",
+    )
+    group.add_argument(
+        "--clock-bound-instance",
+        type=_node_instance,
+        action="append",
+        default=[],
+        metavar="NODE=INSTANCE",
+        help="with --clock-bounds-from-prometheus: node NODE's host is the one Prometheus labels "
+        "instance=INSTANCE (e.g. 3=broker3:9100). Repeatable",
+    )
+
+
+def _node_instance(text: str) -> tuple[int, str]:
+    """``--clock-bound-instance``'s value: ``NODE=INSTANCE``."""
+    node, _, instance = text.partition("=")
+    try:
+        number = int(node)
+    except ValueError:
+        number = -1
+    if number < 0 or not instance:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NODE=INSTANCE (a node id, an instance label)")
+    return number, instance
+
+
+def _prometheus_bounds(
+    args: argparse.Namespace, given: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int], ...]:
+    """``given`` merged with the bounds read from Prometheus, if asked
+    (producers.prometheus_clock_bounds): a warning on stderr for each node
+    that got none, one line and exit 1 if Prometheus cannot be asked."""
+    from producers.prometheus_clock_bounds import PrometheusUnreachable, check_url, merged, read_bounds
+
+    url = getattr(args, "clock_bounds_from_prometheus", None)
+    instances = dict(getattr(args, "clock_bound_instance", None) or ())
+    if not url:
+        if instances:
+            fail(
+                "fencewatch", "--clock-bound-instance without --clock-bounds-from-prometheus", "give the URL"
+            )
+        return given
+    try:
+        url = check_url(url)
+    except ValueError as exc:
+        fail("fencewatch", f"--clock-bounds-from-prometheus: {exc}", "give Prometheus's URL")
+    if not instances:
+        fail(
+            "fencewatch",
+            "--clock-bounds-from-prometheus without --clock-bound-instance",
+            "map each node to its host",
+        )
+    try:
+        read = read_bounds(url, instances)
+    except PrometheusUnreachable as exc:
+        fail("fencewatch", f"--clock-bounds-from-prometheus: {exc}", "check the URL and that Prometheus runs")
+    for warning in read.warnings:
+        print(f"fencewatch: warning: {warning}", file=sys.stderr)
+    return merged(given, read.bounds, ALL_NODES)
 
 
 def detector_config(args: argparse.Namespace) -> DetectorConfig:
     bounds = tuple(pair for given in getattr(args, "clock_bound_ms", None) or () for pair in given)
+    bounds = _prometheus_bounds(args, bounds)
     try:
         return DetectorConfig(
             grace_ms=args.grace_ms,
