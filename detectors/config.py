@@ -17,7 +17,9 @@ class DetectorConfig:
         Rules that compare a broker's behaviour with the view accept any state
         the view held within ``grace_ms`` of the moment the broker acted, that
         moment being every one the node's measured clock offset allows
-        (detectors.clocks).
+        (detectors.clocks). Where brokers' heartbeats are read, a broker is
+        further held only to the records they show it had applied
+        (detectors.applied_metadata).
     lateness_ms: how far out of ``ts_ms`` order one source's events may arrive.
         Judgments wait until every active source's event time (detectors.progress)
         has passed the judged moment plus ``grace_ms`` and this, so every event
