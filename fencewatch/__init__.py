@@ -1,4 +1,3 @@
-"""The ``fencewatch`` command: each module parses one command's arguments, checks
-them and wires the packages that do the work (detectors, producers, webhooks,
-streaming, localkafka, probe, incidents, lab). It may import them all; nothing
-imports it but its entry point, ``fencewatch.cli:main``."""
+"""The ``fencewatch`` command: each module parses one command's arguments, checks them
+and wires the packages that do the work (detectors, producers, webhooks, streaming,
+localkafka, probe, incidents, lab). Only its entry point, ``fencewatch.cli:main``, imports it."""

@@ -1,5 +1,3 @@
-"""The leader-epoch fencing probe (KIP-320): asks a live cluster's brokers with
-Fetch, ListOffsets and OffsetForLeaderEpoch, judges the answers by
-``detectors.probe_rules`` and confirms each deviation (wire, client, round, report,
-sinks, service). Imports ``detectors`` and ``webhooks`` only: the command hands it
-the job's metrics and alerts topic."""
+"""The leader-epoch fencing probe (KIP-320): Fetch, ListOffsets and OffsetForLeaderEpoch
+asked of live brokers, judged by ``detectors.probe_rules``, deviations confirmed and
+delivered. Imports ``detectors`` and ``webhooks``; the job's metrics and topic are handed in."""
