@@ -30,7 +30,7 @@ COMMANDS = {
     "kafka-lab": "fencewatch.kafka_lab",
 }
 
-OUR_PACKAGES = ("fencewatch", "streaming", "producers", "detectors", "probe", "incidents", "lab")
+OUR_PACKAGES = ("fencewatch", "streaming", "producers", "detectors")
 VERBOSE_HELP = "show the detail behind a failure: tracebacks, Spark's output, Kafka client logs"
 
 
