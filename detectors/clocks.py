@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
@@ -199,7 +200,7 @@ class EvidenceLine:
             if gap_ms is not None and ts_ms - last > gap_ms:
                 self.cuts.append(ts_ms)
                 self.version += 1
-            elif last - ts_ms > back_ms:
+            elif last - ts_ms > back_ms and not self._blind_already(ts_ms, last):
                 # The clock stepped back: times in [ts_ms, last] were written twice,
                 # before and after the step, and cannot be told apart.
                 self.blind.append((ts_ms, last))
@@ -207,6 +208,26 @@ class EvidenceLine:
                 self.version += 1
         if last is None or ts_ms > last:
             self.last_ts = ts_ms
+
+    def stepped_back(self, at_ms: int) -> None:
+        """The clock stepped back between the node's newest record before and
+        its time ``at_ms`` (ClockBook._stepped_back): the node times between the
+        two may have been written on both sides of the step, and evidence after
+        the later of them is of the new clock."""
+        last = at_ms if self.last_ts is None else self.last_ts
+        low, high = min(at_ms, last), max(at_ms, last)
+        if not self._blind_already(low, high):
+            self.blind.append((low, high))
+            self.cuts.append(high + 1)
+            self.version += 1
+
+    def _blind_already(self, ts_ms: int, last: int) -> bool:
+        """Whether the step back that made the newest blind spot covers ``ts_ms``
+        too: every record after a step back is behind ``last`` until the clock
+        passes it again, and each added a blind spot and a cut of its own (400
+        of each after a step back of 8 s, every one of which the node's
+        estimates walked)."""
+        return bool(self.blind) and self.blind[-1][1] == last and self.blind[-1][0] <= ts_ms
 
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
         for name, value in state[1].items():
@@ -354,6 +375,11 @@ class ClockBook:
         # up to date as if no later step had come (ClockBook.interval):
         # [the frame, the step's record's time, each node's line].
         self.views: list[tuple[int, int, dict[int, EvidenceLine]]] = []
+        # After a take-over whose silence may have hidden a step forward of the new
+        # clock (ClockBook.taken_over): the frame it began, the newest record time
+        # whose bounds a moment from before it can reach, and how far they may be
+        # too low for such a moment.
+        self.silenced: tuple[int, int, int] | None = None
         # The bounds this book measured itself since the cluster's other buckets
         # were last told them (detectors.clock_exchange); None: not shared. And
         # the node times it saw each node's records at since, as runs without a
@@ -371,6 +397,7 @@ class ClockBook:
         self.__dict__.update(state)
         self.__dict__.setdefault("created_late", {})  # state saved before it existed
         self.__dict__.setdefault("unsettled", None)
+        self.__dict__.setdefault("silenced", None)  # state saved before take-overs' silences were placed
         for name, empty in (("earlier", {}), ("frame", 0), ("steps", []), ("_takeover", None), ("views", [])):
             self.__dict__.setdefault(name, empty)  # state saved before records outlived a step
         self.__dict__.setdefault("shared", None)  # state saved before buckets shared their bounds
@@ -387,13 +414,15 @@ class ClockBook:
         for _, _, lines in self.views:
             _line_of(lines, node).saw(ts_ms, GAP_MS, self.back_ms)
 
-    def rebased(self, at_ms: int, margin_ms: int, up_ms: int = 0) -> None:
+    def rebased(self, at_ms: int, margin_ms: int, up_ms: int = 0, down_ms: int = 0) -> None:
         """The metadata log's continuous time was anchored anew (MetadataClock
         took a step): the new controller's clock is lined up with the old one's
         only as well as the true gap between their records is guessed, within
         ``margin_ms``; after a step forward, which may as well have been a silence
         (a fail-over's election) as far as the log shows, up to ``up_ms`` more
-        the other way. Every bound measured before is loosened by them. Claims
+        the other way; after a take-over's silence, which may as well have hidden a
+        step forward of the new clock, up to ``down_ms`` more down. Every bound
+        measured before is loosened by them. Claims
         still waiting for their records keep waiting: a record applied after the
         step was written after it, so the bound it completes is of the new frame,
         as when the request is read after the record (forgotten, a claim read
@@ -410,7 +439,7 @@ class ClockBook:
         ``at_ms``: the time the step's record was placed at. The evidence as it
         stands is kept as the frame's view, for verdicts that read nothing of
         the log from the step on (``interval``)."""
-        by = (margin_ms + up_ms, 2 * margin_ms + up_ms, margin_ms)
+        by = (margin_ms + up_ms, 2 * margin_ms + up_ms + down_ms, margin_ms + down_ms)
         self.views.append((self.frame, at_ms, {node: line.copy() for node, line in self.lines.items()}))
         for line in self.lines.values():
             line.loosen(by)
@@ -422,25 +451,40 @@ class ClockBook:
         self.created.clear()
         self.created_late.clear()
 
-    def taken_over(self, at_ms: int, margin_ms: int) -> None:
+    def taken_over(self, at_ms: int, margin_ms: int, silence_ms: int = 0) -> None:
         """Another controller's clock stamps the metadata log from here on (a
         LeaderChange record). Its clock may be off the old one's by anything the
         election's silence hid: a step back as long as the silence leaves no
-        record stamped before its predecessor. So every bound from before is
-        loosened as far up as the clock window reaches (older evidence is not
-        used), and by ``margin_ms`` down as for any step, until a node whose
+        record stamped before its predecessor, or a step forward as long as the
+        silence, ``silence_ms`` (placed as a silence: MetadataClock._place). So
+        every bound from before is loosened as far up as the clock window reaches
+        (older evidence is not used), and by ``margin_ms`` and the silence down
+        (every offset may have dropped by the step it hid), until a node whose
         offset was measured tightly before is bounded by a record of the new
         clock: its offset cannot have risen more than that bound less its
         lowest offset before, and bounds from before are settled to that
         (``_settle``). Until then intervals are wider than the clock limit:
         verdicts are counted "clock uncertain", never judged on a guess. Each
-        later bound of such a node may settle them lower."""
+        later bound of such a node may settle them lower.
+
+        The other way round, a step forward hidden in the silence lowers every
+        offset, and a bound of the new clock is then too low, by up to the
+        silence and the margin, for a moment from before the take-over that it
+        reaches (an estimate reaches ``ahead_ms`` on): a request a broker
+        served just before a fail-over onto a controller 3 s ahead, measured by
+        the bounds of after it, was placed 3 s late, after the new epochs, and
+        judged stale (tests/unit/test_clocks.py). So the bounds against records
+        written within that reach of the take-over are kept as high as that,
+        with the estimate reaching down to them (``spread``): wider for the
+        first seconds of the new clock, never placed wrong."""
         lows = {}
         for node, line in self.lines.items():
             tight = self._estimate(line, line.newest * BUCKET_MS + BUCKET_MS - 1, tight_only=True)
             if tight is not None and math.isfinite(tight.low_ms):
                 lows[node] = tight.low_ms
-        self.rebased(at_ms, margin_ms, self.window_ms - margin_ms)  # upper bounds up by the window
+        self.rebased(at_ms, margin_ms, self.window_ms - margin_ms, silence_ms)  # upper bounds up by the window
+        drop = margin_ms + silence_ms
+        self.silenced = (self.frame, at_ms + drop + self.ahead_ms, drop) if silence_ms > 0 else None
         self.unsettled = (lows, {node: list(line.high) for node, line in self.lines.items()}, self.window_ms)
         self._takeover = self.frame - 1
 
@@ -503,9 +547,41 @@ class ClockBook:
         # partition at its epoch): one that cannot lower the bucket's upper bound
         # changes nothing (EvidenceLine.lowers), so it is dropped before the work
         # of placing it.
-        if created is not None and line is not None and not line.lowers(arrival_ms, arrival_ms - created):
-            return
+        if created is not None and line is not None:
+            if not line.lowers(arrival_ms, arrival_ms - created):
+                return
+            self._stepped_back(node, line, arrival_ms, arrival_ms - created)
         self._claim(node, arrival_ms, ref, upper=True)
+
+    def refused(self, node: int, arrival_ms: int, refs: Iterable[EpochRef]) -> None:
+        """A request ``node`` handled from ``arrival_ms`` on, knowing the epochs
+        ``refs``, refused as too late: it bounds nothing (its verdict is not
+        made), but it may show the node's clock stepped back (``_stepped_back``),
+        and after a step back of seconds the first requests are all too late by
+        the clock of before."""
+        line = self.lines.get(node)
+        created = self.created
+        bounds = [arrival_ms - created[ref] for ref in refs if ref in created]
+        if line is not None and bounds:
+            self._stepped_back(node, line, arrival_ms, min(bounds))
+
+    def _stepped_back(self, node: int, line: EvidenceLine, arrival_ms: int, bound: int) -> None:
+        """An upper bound ``bound`` of ``node``'s offset at ``arrival_ms`` below the
+        low end of its interval there: the clock stepped back since that evidence
+        was measured (or the interval was wrong), so the node times around the
+        step are blind (EvidenceLine.stepped_back). A request read before never
+        does this: its bound is in the evidence the interval was made of. A step
+        back shows in the node's times going back (EvidenceLine.saw) only where
+        it is longer than the node's silence around it: broker 3 stepped back
+        2 s after 1.5 s without a request went back 480 ms, its bounds of after
+        the step were read into the buckets of before, and a request of before
+        was judged 2 s late, a certain false PRODUCE_STALE_EPOCH_ACCEPTED
+        (benchmarks/clock_campaign.py --step-grid, seed 3, 30,000 events)."""
+        interval = self._interval_in(self.lines, node, arrival_ms, None)
+        if interval.measured and bound < interval.low_ms:
+            line.stepped_back(arrival_ms)
+            for _, _, lines in self.views:
+                _line_of(lines, node).stepped_back(arrival_ms)
 
     def caused(self, node: int, arrival_ms: int, completed_ms: int, ref: EpochRef) -> None:
         """A request ``node`` received at ``arrival_ms`` and answered at
@@ -574,7 +650,14 @@ class ClockBook:
         bound = node_ms - created_ms
         keep_ms = 2 * self.window_ms
         if across is None:
-            line.add(node_ms, bound, created_ms if fresh else None, upper, keep_ms)
+            silenced = self.silenced
+            if upper and silenced is not None and silenced[0] == self.frame and created_ms <= silenced[1]:
+                # Reachable from before a take-over that may have hidden a step forward.
+                drop = silenced[2]
+                if line.add(node_ms, bound + drop, created_ms if fresh else None, upper, keep_ms, drop):
+                    self._replaced(node, node_ms)
+            else:
+                line.add(node_ms, bound, created_ms if fresh else None, upper, keep_ms)
             if upper and self.unsettled is not None:
                 # A record of the new clock bounds it.
                 low = self.unsettled[0].get(node)
@@ -600,6 +683,15 @@ class ClockBook:
             loosened = self.unsettled[1].setdefault(node, [])
             if node_ms // BUCKET_MS not in loosened:
                 loosened.append(node_ms // BUCKET_MS)
+
+    def _replaced(self, node: int, node_ms: int) -> None:
+        """A bound of the new clock replaced the one a take-over loosened in its
+        bucket: settling the take-over must not move it (EvidenceLine.tighten
+        tells a replaced bucket by its spread, which this bound has too)."""
+        if self.unsettled is not None:
+            loosened = self.unsettled[1].get(node)
+            if loosened is not None and node_ms // BUCKET_MS in loosened:
+                loosened.remove(node_ms // BUCKET_MS)
 
     def take_shared(self, bound: SharedBound) -> None:
         """A bound another bucket of the cluster measured (detectors.clock_exchange),
@@ -852,7 +944,13 @@ class MetadataClock:
     older than its predecessor (the new clock is behind), or, while the log's
     NoOp records tick steadily (``metadata.max.idle.interval.ms``, 500 ms by
     default, since Kafka 3.3), a silence much longer than its recent gaps (the
-    new clock is ahead). The shift
+    new clock is ahead), unless the record after it hands the log over. A
+    crashed leader's successor writes only after an election, and the log is
+    silent meanwhile (voters wait ``controller.quorum.fetch.timeout.ms``, 2 s by
+    default, before they stand: KafkaRaftClient): on a real Kafka 4.4 cluster
+    those silences ran 2.3-3.8 s with every clock right. Such a silence is
+    placed as it is, and the bounds from before allow a step of the new clock
+    hidden in it instead (Detector._place_metadata, ClockBook.taken_over). The shift
     that makes the log continuous is off by at most the true gap there. A small
     step forward cannot be told from a pause and is left alone: it only lowers
     every node's offset, which the upper bounds follow at once.
@@ -866,8 +964,8 @@ class MetadataClock:
     Only where that would place its first record before its predecessor (the
     shift it left with was a guess ahead of the true gap, or its clock
     stepped back since) is the time moved forward, and only as far as the
-    predecessor; a resumed clock that leaves a silence a step forward would
-    (ticking NoOps) is taken for one. The time then runs ahead of the first
+    predecessor; a silence it leaves is an election's, as at any take-over.
+    The time then runs ahead of the first
     controller's by at most what the first hand-over onto each controller
     guessed, however often the log changes hands; offsets are measured against
     it all the same, and reports say so."""
@@ -1011,7 +1109,7 @@ class MetadataClock:
         if took_over and last is not None and self.writer is not None:
             resume = self.shifts.get(self.writer[1])
             if resume is not None:  # a controller back in office
-                return self._resume(ts_ms, offset, last + self.shift_ms, resume, ticking)
+                return self._resume(ts_ms, offset, last + self.shift_ms, resume)
         # After a step the record is placed the longest recent gap after its
         # predecessor: the true gap was shorter, so the continuous time runs a
         # little ahead of the old clock's, and every node's offset measured before
@@ -1035,27 +1133,26 @@ class MetadataClock:
                 # stays behind as well; until then it takes its predecessor's time.
                 self.back = (last, gap)
                 return last + self.shift_ms
-            if ticking and gap > max(GAP_MS, 4 * longest):
+            if ticking and gap > max(GAP_MS, 4 * longest) and not took_over:
                 self.shift_ms -= gap - longest
                 self.steps.append((offset, gap - longest))
-            else:
+            elif not took_over:  # an election's silence is not the log's beat
                 self.gaps.append(gap)
         self.last_raw_ms = ts_ms
         return ts_ms + self.shift_ms
 
-    def _resume(self, ts_ms: int, offset: int | None, before_ms: int, resume: int, ticking: bool) -> int:
+    def _resume(self, ts_ms: int, offset: int | None, before_ms: int, resume: int) -> int:
         """The first record of a controller back in office, placed with the shift
-        it left with, ``resume``, after its predecessor placed at ``before_ms``."""
+        it left with, ``resume``, after its predecessor placed at ``before_ms``.
+        A silence before it is the election's (its clock may have stepped forward
+        meanwhile as well: ClockBook.taken_over allows that)."""
         self.back = None
         placed = ts_ms + resume
-        longest = max(self.gaps, default=0)
         if placed < before_ms:
             # The shift it left with was a guess ahead of the true gap there, or
             # its clock stepped back since: no further than the predecessor, or
             # the guesses would add up at every hand-over.
             placed = before_ms
-        elif ticking and placed - before_ms > max(GAP_MS, 4 * longest):
-            placed = before_ms + longest  # its clock stepped forward meanwhile
         moved = self.shift_ms - (placed - ts_ms)
         if abs(moved) > GAP_MS:
             self.steps.append((offset, moved))

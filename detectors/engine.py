@@ -47,6 +47,7 @@ from detectors.envelope import (
     without_body,
 )
 from detectors.errors import KafkaError
+from detectors.fast_path import nothing_to_judge
 from detectors.fields import INT16, get_int, get_obj
 from detectors.gc_tuning import collector_paused
 from detectors.history import History
@@ -296,10 +297,13 @@ class Detector:
         config: DetectorConfig | None = None,
         now_ms: Callable[[], int] = wall_clock_ms,
         bucket: Bucket = WHOLE,
+        fast_path: bool = True,
     ):
         self.config = config or DetectorConfig()
         self.now_ms = now_ms
         self.bucket = bucket
+        # Off only to hold it equal to the full judgment (tests/unit/test_fast_path.py).
+        self.fast_path = fast_path
         self.counters = Counters()
         self.clusters: dict[str, _Cluster] = {}
         self._arrivals = 0
@@ -308,6 +312,7 @@ class Detector:
         # A detector pickled before buckets (up to 67519df) judged whole clusters.
         self.__dict__.update(state)
         self.__dict__.setdefault("bucket", WHOLE)
+        self.__dict__.setdefault("fast_path", True)  # pickled before it existed (up to b9cb326)
 
     def cluster(self, name: str) -> _Cluster:
         cs = self.clusters.get(name)
@@ -611,6 +616,8 @@ class Detector:
                     continue
             try:
                 assert isinstance(judgment, partial)
+                if self.fast_path and nothing_to_judge(cs, judgment):
+                    continue  # an everyday Produce or Fetch (detectors.fast_path)
                 if judgment.func in rules.CLOCK_WINDOWED and cs.measures_clocks:
                     cs.judge(judgment, judgment.args[1])
                 else:
