@@ -453,6 +453,8 @@ class Detector:
             if watermark is not None and latest_ms < watermark:
                 if home:
                     cs.unverified(TOO_LATE)
+                if env.kind == "request" and cs.measures_clocks:
+                    _note_step_back(cs, env)
                 return None
             first = cs.recent_ids.add(env.read_digest or content_identity(env), latest_ms, far=unmeasured)
         if not first:
@@ -692,12 +694,17 @@ class Detector:
         kind = body.get("type")
         # Told first: a controller back in office resumes its shift (MetadataClock.took_over).
         took_over = kind == LEADER_CHANGE and _took_over(clock, body)
+        before_ms = None if clock.last_raw_ms is None else clock.last_raw_ms + shift
         placed = clock.place(env.ts_ms, env.offset, kind == "NO_OP_RECORD", took_over)
         moved = clock.shift_ms - shift
         if took_over:
             # The new controller's clock may be off the old one's by anything the
-            # election's silence hid (ClockBook.taken_over).
-            cs.clocks.taken_over(placed, clock.step_margin_ms())
+            # election's silence hid, which is placed as a silence: a real
+            # fail-over's (MetadataClock._place), or a step forward, or both
+            # (ClockBook.taken_over).
+            longest = max(clock.gaps, default=0)
+            silence = 0 if before_ms is None else max(0, placed - before_ms - longest)
+            cs.clocks.taken_over(placed, clock.step_margin_ms(), silence)
         elif moved:
             # A step forward (the time moved back) may have been a silence
             # instead, as long as the step: bounds from before allow both.
@@ -855,6 +862,29 @@ def _note_created(cs: ClusterState, change: PartitionChange, earliest_ms: int) -
 
 def _arrival(env: Envelope) -> int:
     return env.ts_ms - handling_ms(env)
+
+
+def _note_step_back(cs: ClusterState, env: Envelope) -> None:
+    """A request line refused as too late may be the first sign that its
+    node's clock stepped back (ClockBook.refused): after a step back longer
+    than the grace window, the requests are too late by the clock of before.
+    Only Produce and Fetch-like requests are read, most of a broker's log."""
+    node = env.node
+    try:
+        api_key = header(env.body).api_key
+        if node is None or api_key not in (PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH):
+            return
+        if api_key == FETCH and is_quorum_fetch(env.body):
+            return
+        outcomes = partition_outcomes(api_key, env.body)
+    except BadRecord:
+        return  # refused all the same: what it says is not read
+    refs = [
+        ((own_topic_key(o.topic, o.topic_id), o.partition), "L", o.epoch)
+        for o in outcomes
+        if o.epoch >= 0 and o.error != KafkaError.UNKNOWN_LEADER_EPOCH
+    ]
+    cs.clocks.refused(node, _arrival(env), refs)
 
 
 def _note_known_epochs(cs: ClusterState, env: Envelope, outcomes: Sequence[PartitionOutcome]) -> None:
