@@ -1,6 +1,6 @@
 """Resume positions saved only once delivery confirms them, for every shipper
-that follows a file or a log (producers.request_log_shipper,
-producers.metadata_log_shipper), those shippers' periodic duties
+that follows a file, a log or a topic (producers.following_shipper), those
+shippers' periodic duties
 (:class:`PeriodicDuties`), and the status duties every shipper has
 (:class:`StatusDuties`).
 

@@ -1,8 +1,9 @@
-"""What a shipper that follows a log or a topic shares with the others of its kind
-(producers.metadata_log_shipper, producers.remote_log_metadata_topic): the
-publisher and the state its positions are saved to once delivery confirms them
-(producers.confirmed_positions), the status and save intervals, what it does
-while there is nothing new to read, and the flush and save that end a run."""
+"""What a shipper that follows a file, a log or a topic shares with the others of
+its kind (producers.request_log_shipper, producers.metadata_log_shipper,
+producers.remote_log_metadata_topic): the publisher and the state its positions
+are saved to once delivery confirms them (producers.confirmed_positions), the
+status and save intervals, what it does while there is nothing new to read, and
+the flush and save that end a run."""
 
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ class FollowingShipper(PeriodicDuties, Generic[P, F]):
         *,
         cluster: str,
         status_interval_seconds: float = 30.0,
+        # How often the position is saved while records stream; it is also saved
+        # whenever there is nothing new to read, and at the end.
         checkpoint_interval_seconds: float = 1.0,
         flush_timeout_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,

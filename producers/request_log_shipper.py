@@ -15,24 +15,20 @@ summary.
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable
+from typing import Unpack
 
 from detectors.envelope import DeadLetter, Envelope
 from detectors.lines import DEFAULT_MAX_RECORD_BYTES
 from detectors.parse_request_log import RequestLogStats, iter_request_log, unread_account
 from detectors.rules import READ_APIS
-from producers.confirmed_positions import ConfirmedPositions, PeriodicDuties
+from producers.following_shipper import FollowingShipper, Pacing
 from producers.kafka_publisher import KafkaPublisher
 from producers.tail import FileFollower, FilePosition, Segment, StateFile, StopFollowing
 
 FORMAT = "request-log"
-# How often the resume position is saved while records stream (it is also saved
-# whenever the follower finds no new data, and at exit).
-CHECKPOINT_INTERVAL_SECONDS = 1.0
 
 
-class RequestLogShipper(PeriodicDuties):
+class RequestLogShipper(FollowingShipper[FilePosition, FileFollower]):
     """Parses the follower's lines into envelopes, publishes them, and saves the
     resume position once everything before it was delivered.
 
@@ -48,35 +44,22 @@ class RequestLogShipper(PeriodicDuties):
         cluster: str,
         node: int,
         tz: str = "UTC",
-        status_interval_seconds: float = 30.0,
-        checkpoint_interval_seconds: float = CHECKPOINT_INTERVAL_SECONDS,
-        flush_timeout_seconds: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        status: Callable[[str], None] = lambda line: None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         all_apis: bool = False,
+        **pacing: Unpack[Pacing],
     ) -> None:
-        self.publisher = publisher
+        super().__init__(publisher, state.save, cluster=cluster, **pacing)
         self.state = state
-        self.cluster = cluster
         self.node = node
         self.tz = tz
-        self.status_interval_seconds = status_interval_seconds
-        self.checkpoint_interval_seconds = checkpoint_interval_seconds
-        self.flush_timeout_seconds = flush_timeout_seconds
         self.max_record_bytes = max_record_bytes
         self.apis = None if all_apis else READ_APIS
         # Entries left out for their API, by API name, over every file of the run
         # (each file's RequestLogStats counts into it).
         self.unread_by_api: dict[str, int] = {}
         self._earlier_bridges = 0  # entries of those APIs shipped for their time, in earlier files
-        self._clock = clock
-        self._status = status
-        self._positions: ConfirmedPositions[FilePosition] = ConfirmedPositions(publisher, state.save)
         self._segment: Segment | None = None
         self._stats = self._new_stats()
-        self._follower: FileFollower | None = None
-        self._last_save = self._last_status = clock()
 
     def run(self, follower: FileFollower) -> None:
         """Ship until the follower stops; flush and save. Raises DeliveryError."""
@@ -139,16 +122,11 @@ class RequestLogShipper(PeriodicDuties):
         consumed = self._stats.finished_lines
         self._positions.mark(self._segment.position_after(consumed))
 
-    def _save_confirmed(self) -> None:
-        self._positions.save_confirmed()
-        self._last_save = self._clock()
-
     def on_idle(self) -> None:
-        """The follower found no new data: serve delivery reports, save, report."""
-        self.publisher.poll(0)
+        """The follower found no new data: queue the position it reached, then
+        serve delivery reports, save, report."""
         self._mark()
-        self._save_confirmed()
-        self._tick()
+        super().on_idle()
 
     def lag_bytes(self) -> int:
         """Bytes of the current file not yet confirmed delivered (approximate)."""
