@@ -193,16 +193,21 @@ def test_streaming_alerts_equal_replay_and_ground_truth(
     assert any("malformed JSON" in letter["reason"] for letter in letters)
 
 
-# 7 buckets is extended: tests/unit/test_clocks.py checks buckets measuring clocks.
+# 7 buckets is extended: test_job_crash.py runs the job as users do (8 buckets sharing
+# clocks) against the same split over its topic, and tests/unit/test_clock_exchange.py
+# checks the sharing in one process.
 @pytest.mark.parametrize("buckets", [1, pytest.param(7, marks=pytest.mark.extended)])
 def test_a_skewed_history_gives_replay_s_alerts_with_clocks_measured(
     spark, broker, make_topic, tmp_path: Path, buckets: int
 ):
     """Issue 23 through the job: broker 1's clock 5 s ahead and a fail-over onto
-    a controller 3 s behind. Every bucket measures clocks from its own
-    partitions and the job raises what the same split raises in one process
-    (detectors.split; one bucket: replay) on the records in the order they were
-    published: the ground truth, not one false alarm."""
+    a controller 3 s behind. One bucket raises replay's alerts. Seven buckets
+    measure each clock once for all of them: after each micro-batch the job
+    publishes their bounds to the event topic, which every bucket reads
+    (detectors.clock_exchange), and raises what the same split raises in one
+    process (detectors.split) on the topic as it then stands, read in its
+    order: the clock evidence is input like the rest. Either way the ground
+    truth, not one false alarm."""
     sim = Simulator(
         SimConfig(
             seed=11,
@@ -227,15 +232,32 @@ def test_a_skewed_history_gives_replay_s_alerts_with_clocks_measured(
     publish(broker, options.topic, [(e["cluster"].encode(), orjson.dumps(e)) for e in events])
     query = start(spark, options, console=None, metrics=Metrics(CollectorRegistry()))
     try:
-        wait_for(
-            lambda: len(read_topic(broker, options.alerts_topic)) >= len(expected), query, 400, "every alert"
-        )
+        if buckets == 1:
+            wait_for(
+                lambda: len(read_topic(broker, options.alerts_topic)) >= len(expected),
+                query,
+                400,
+                "every alert",
+            )
+        else:
+            # Which alerts to expect is known once the topic's clock evidence is: wait
+            # until every event is read and the idle flush's two empty batches ran.
+            wait_for(
+                lambda: idle_after(query, len(events)), query, 400, "every event read and the idle flush"
+            )
         time.sleep(3 * options.idle_flush_ms / 1000)  # a late extra alert would show
     finally:
         query.stop()
     streamed = {
         orjson.loads(v)["alert_id"]: orjson.loads(v) for _, v in read_topic(broker, options.alerts_topic)
     }
+    if buckets > 1:
+        topic = [orjson.loads(v) for _, v in read_topic(broker, options.topic)]
+        assert any(record["kind"] == "clock_evidence" for record in topic)
+        expected = replay_alerts(topic, config, buckets)
+        table = confusion(expected.values(), sim.truth)
+        assert all(c["fp"] == 0 for c in table.values()), table
+        assert sum(c["tp"] for c in table.values()) >= 0.9 * len(sim.truth)
     assert set(streamed) == set(expected)
 
     def intervals(alerts: dict[str, dict]) -> list[tuple]:
@@ -248,6 +270,15 @@ def test_a_skewed_history_gives_replay_s_alerts_with_clocks_measured(
         )
 
     assert intervals(streamed) == intervals(expected) != []
+
+
+def idle_after(query, events: int) -> bool:
+    """Whether the query read at least ``events`` records and its two newest
+    batches read none (the source's idle ticks, which run the idle flush)."""
+    progress = query.recentProgress
+    read = sum(p["numInputRows"] for p in progress)
+    newest = [p for p in progress if "addBatch" in p["durationMs"]][-2:]
+    return read >= events and len(newest) == 2 and all(p["numInputRows"] == 0 for p in newest)
 
 
 def check_metrics(metrics: Metrics, events, records, expected, topic: str, query) -> None:
