@@ -482,7 +482,8 @@ class ClockBook:
             tight = self._estimate(line, line.newest * BUCKET_MS + BUCKET_MS - 1, tight_only=True)
             if tight is not None and math.isfinite(tight.low_ms):
                 lows[node] = tight.low_ms
-        self.rebased(at_ms, margin_ms, self.window_ms - margin_ms, silence_ms)  # upper bounds up by the window
+        # Upper bounds up by the window, lower ones down by the silence too.
+        self.rebased(at_ms, margin_ms, self.window_ms - margin_ms, silence_ms)
         drop = margin_ms + silence_ms
         self.silenced = (self.frame, at_ms + drop + self.ahead_ms, drop) if silence_ms > 0 else None
         self.unsettled = (lows, {node: list(line.high) for node, line in self.lines.items()}, self.window_ms)
