@@ -21,8 +21,9 @@ request before the controller found it caught up with its own registration
 record (BrokerServer starts request processing after
 ``BrokerLifecycleManager.initialCatchUpFuture``, which a heartbeat answered
 ``isCaughtUp`` completes: ReplicationControlManager.processBrokerHeartbeat,
-``currentMetadataOffset >= registerBrokerRecordOffset``), a record written
-after everything the old incarnation could have reported. So the highest
+``currentMetadataOffset >= registerBrokerRecordOffset``, the test by which
+BrokerHeartbeatManager.calculateNextBrokerState unfences it too), a record
+written after everything the old incarnation could have reported. So the highest
 offset a broker reported by a moment bounds what it had applied then,
 whichever incarnation served.
 """
