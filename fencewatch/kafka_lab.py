@@ -288,7 +288,8 @@ def _print_table(
     rows.append(
         (
             "dead letters",
-            f"job {job_dead}, shippers {shippers_dead}, convert {len(converted.dead_letters)}, "
+            f"job {job_dead}{_counts(counters.dead_letters) if counters else ''}, shippers {shippers_dead}, "
+            f"convert {len(converted.dead_letters)}, "
             f"replay {len(judged.dead_letters)}",
         )
     )
