@@ -60,9 +60,8 @@ def nothing_to_judge(cs: ClusterState, judgment: partial[None]) -> bool:
         return _all_proved(cs, env, outcomes, _produce_clean)
     if func is fetch.judge:
         _, env, _, outcomes = judgment.args
-        # rules.fetch looks only at reads answered NONE at a stated epoch.
-        read = [o for o in outcomes if o.error is None or (o.error == _NONE and o.epoch >= 0)]
-        return _all_proved(cs, env, read, _fetch_clean)
+        # rules.fetch looks only at reads answered NONE at a stated epoch (and counts missing answers).
+        return _all_proved(cs, env, fetch.judged(outcomes), _fetch_clean)
     return False
 
 
@@ -155,11 +154,13 @@ def _states(
             # A name without topic records' history resolves the same at every moment.
             key = view.resolve_topic(name, None)
         else:
-            # partition_window resolves a name at its window's ends less the grace.
+            # partition_window resolves a name at its window's ends less the grace,
+            # the latest unless it named nothing then (a topic deleted inside);
+            # a window of one offset resolves it to that topic or to none.
             grace = cs.config.grace_ms
-            keys = named.window(window[0] + grace, window[1] - grace)
-            key = keys[-1] if keys else None
-            if any(other != key for other in keys):
+            first, last = window[0] + grace, window[1] - grace
+            key = named.at(last) or named.at(first)
+            if any(other not in (key, None) for other in named.window(first, last)):
                 return None
     history = view.partition((key, outcome.partition)) if key else None
     whole = history.window(*window) if history is not None else None
