@@ -65,9 +65,8 @@ class Split:
         return out
 
     def ingest(self, env: Envelope) -> None:
-        if self.share_clocks:
-            clock_exchange.share(self.detectors[0].cluster(env.cluster))
-            for detector in self.detectors[1:]:
+        if self.share_clocks and env.cluster not in self.detectors[0].clusters:
+            for detector in self.detectors:
                 clock_exchange.share(detector.cluster(env.cluster))
         targets = buckets_of(env, self.count)
         if len(targets) < self.count:
