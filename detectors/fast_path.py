@@ -1,10 +1,13 @@
 """The everyday Produce and Fetch, proved to need no judgment (issue 45).
 
 Nearly every Produce and Fetch carries its partition's current leader epoch
-to its current leader and is answered as expected. The full judgment of such
-a request (ClusterState.judge running rules.produce.judge or rules.fetch.judge
-over its grace window, and again at each clock offset where a state changes
-inside it) raises nothing and counts nothing, and cost most of replay's time.
+to its current leader and is answered as expected: 13,405 of the 13,520
+judgments of a simulated history's first 20,000 events are proved here. The
+full judgment of such a request (ClusterState.judge running
+rules.produce.judge or rules.fetch.judge over its grace window, and again at
+each clock offset where a state changes inside it, which in a cluster that
+elects leaders every few seconds is most of them) raises nothing and counts
+nothing, and took about half of replay's time (cProfile of 100,000 events).
 
 :func:`nothing_to_judge` proves that cheaply when the judgment comes due (its
 due time checked again first, Detector._judge_due), with the clock interval
@@ -21,7 +24,9 @@ the windows of every offset the interval allows. A state in effect in the
 core is therefore in every window the judgment looks at; where such a state
 makes the rule's verdict "no violation" at every window holding it (the node
 led it at an epoch no newer than the request's, say), nothing is raised at
-any offset. Nothing is counted either when every partition has a response
+any offset. Failing that, it is enough that every state of the whole window
+is such a state (an interval wider than the grace windows has no core).
+Nothing is counted either when every partition has a response
 entry, resolves to one topic over the whole window (a name can be reused:
 ClusterState.partition_window counts two topics as clock uncertain) and has
 a state there.
