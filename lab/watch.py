@@ -74,7 +74,8 @@ class JobCounters:
     events_by_api: dict[str, int] = field(default_factory=dict)
     events_by_kind: dict[str, int] = field(default_factory=dict)
     dead_letters: dict[str, int] = field(default_factory=dict)
-    alerts: dict[str, int] = field(default_factory=dict)
+    alerts: dict[str, int] = field(default_factory=dict)  # certain ones, by rule
+    possible: dict[str, int] = field(default_factory=dict)  # possible ones, by rule
     # node -> (low, high) seconds of its clock minus the metadata log's (None: unbounded)
     clocks: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     # Records the job read from the event topic (every cluster's).
@@ -305,7 +306,8 @@ class Watchers:
                     counters.dead_letters[labels.get("reason", "")] = int(value)
                 elif sample.name == "fencewatch_alerts_total":
                     rule = labels.get("rule", "")
-                    counters.alerts[rule] = counters.alerts.get(rule, 0) + int(value)
+                    into = counters.possible if labels.get("confidence") == "possible" else counters.alerts
+                    into[rule] = into.get(rule, 0) + int(value)
                 elif sample.name == "fencewatch_clock_offset_seconds":
                     low, high = counters.clocks.get(labels["node"], (None, None))
                     if labels.get("bound") == "low":
@@ -333,7 +335,7 @@ class Watchers:
                     counters.read,
                     counters.judged,
                     sum(counters.dead_letters.values()),
-                    sum(counters.alerts.values()),
+                    sum(counters.alerts.values()) + sum(counters.possible.values()),
                 )
             )
             if seen != last:
