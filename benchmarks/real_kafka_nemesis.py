@@ -10,7 +10,7 @@ killed, reassignments, preferred and unclean elections, a topic deleted and made
 again, a broker's log directory wiped, a broker's clock skewed) as a user runs
 it, and prints its table with the wall time the whole run took, the machine
 (cores, load average before and after) and the date: the figures of
-docs/performance.md's row. Exits with kafka-lab's code: 1 if any alert, dead
+docs/performance.md's row. Exits with kafka-lab's code: 1 if any certain alert, dead
 letter or leader epoch differing from Kafka's. tests/integration/test_real_kafka.py
 runs a short nemesis of six faults in ``make test``; this is the long one.
 """
