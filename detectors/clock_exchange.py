@@ -109,7 +109,8 @@ def _union(runs: list[list[int]]) -> list[list[int]]:
 
 def envelope_body_time(body: dict[str, Any]) -> int:
     """The time a clock evidence record is stamped with: the newest node time it names."""
-    return max([bound[1] for bound in body["bounds"]] + [run[-1][1] for _, run in body["runs"] if run])
+    times = [bound[1] for bound in body["bounds"]] + [run[-1][1] for _, run in body["runs"] if run]
+    return max(times, default=0)
 
 
 def apply(cs: ClusterState, env: Envelope) -> None:

@@ -281,7 +281,7 @@ def generated(rng: random.Random) -> bytes:
             out.append(None if rng.random() < 0.05 else maybe(topic, parts_key, parts(index_key)))
         return out
 
-    kind = some("request", "request", "metadata", "remote_log_metadata", "quorum_state")
+    kind = some("request", "request", "metadata", "remote_log_metadata", "quorum_state", "clock_evidence")
     body: dict[str, Any] = {}
     if kind == "metadata":
         maybe(body, "type", some("PARTITION_RECORD", "PARTITION_CHANGE_RECORD", "TOPIC_RECORD", 5, None))
