@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 import detectors.rules  # noqa: F401  (registers every rule)
@@ -98,11 +98,21 @@ def replay(
             letters.extend(detector.ingest(item))
         alerts.extend(alert.to_dict() for alert in detector.drain())
         if n in looks:
-            states.append(pickle.dumps(detector.clusters))
+            states.append(state(detector))
     letters.extend(detector.flush())
     alerts.extend(alert.to_dict() for alert in detector.drain())
-    states.append(pickle.dumps(detector.clusters))
+    states.append(state(detector))
     return alerts, detector, letters, states
+
+
+def state(detector: Detector) -> bytes:
+    """The detector's clusters as a checkpoint pickles them. ClusterState.judge
+    leaves its probe set to None on a state it has judged with, which is the
+    class's own default: a state that has not is the same, and says so here."""
+    for cs in detector.clusters.values():
+        if "_probe" in cs.__dict__ and cs.__dict__["_probe"] is None:
+            del cs.__dict__["_probe"]
+    return pickle.dumps(detector.clusters)
 
 
 def assert_fast_path_changes_nothing(
@@ -132,6 +142,9 @@ def test_the_fast_path_changes_no_alert_count_or_state(seed, fault_rate, clock, 
 @given(
     seed=seeds, fault_rate=st.sampled_from([0.005, 0.01, 0.02]), clock=clocks, how=deliveries, config=configs
 )
+# A state compared before any full judgment had run in one of the two runs
+# carried no probe attribute, the other None (found 2026-12-08; see state()).
+@example(seed=5592, fault_rate=0.01, clock="5=+4s", how="redelivered", config=MEASURED)
 def test_the_fast_path_changes_no_alert_count_or_state_over_longer_histories(
     seed, fault_rate, clock, how, config
 ):
