@@ -26,7 +26,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed system-deps
 	$(BIN)/python -m compileall -q $(PACKAGES)
 	$(BIN)/python -m pytest -q --durations=15 -m "not extended" tests/e2e tests/integration
-	$(BIN)/python -m pytest -q --durations=15 -n auto tests/unit
+	$(BIN)/python -m pytest -q --durations=15 -n auto -m "not extended" tests/unit
 
 # The heavy tests `make test` leaves out (tests/README.md): run before a release.
 test-extended: $(VENV)/.installed system-deps
