@@ -70,7 +70,7 @@ from streaming.broker import EmbeddedBroker
 # found on Kafka 4.4.0 are fixed (a controller fail-over's election silence
 # taken for a clock step, tests/unit/test_real_controller_failover.py; brokers'
 # late metadata, now bounded by their BrokerHeartbeat.currentMetadataOffset,
-# tests/unit/test_real_broker_metadata_lag.py), and it passed whole once on
+# tests/unit/test_real_broker_metadata_lag.py), and five of its six tests passed on
 # 2026-12-08, but a second run the same day (0192235) found three open defects
 # of the job beside replay: the job raised 822 possible alerts where replay of
 # the same files raised 1 (possible verdicts hang on arrival order and on where
