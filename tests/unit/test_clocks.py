@@ -483,10 +483,10 @@ def test_a_controller_back_in_office_is_placed_no_earlier_than_its_predecessor()
     assert restored.shifts == {} and restored.unnamed_ms is None
 
 
-def back_in_office_ahead() -> tuple[MetadataClock, int]:
+def back_in_office(stepped_ms: int) -> tuple[MetadataClock, int]:
     """Controller 3000 writes the log, 3001 takes it over, and 3000 takes it
-    back with its clock stepped 5 s forward while out of office: the clock,
-    and where 3000's first record back was placed."""
+    back 500 ms after 3001's last record, its clock stepped ``stepped_ms``
+    while out of office: the clock, and where 3000's first record back was placed."""
     clock = MetadataClock()
     clock.place(0, 0, took_over=clock.took_over(1, 3000))
     for i in range(1, 6):
@@ -494,7 +494,7 @@ def back_in_office_ahead() -> tuple[MetadataClock, int]:
     clock.place(3000, 6, took_over=clock.took_over(2, 3001))
     for i in range(7, 10):
         clock.place(500 * i, i, noop=True)
-    return clock, clock.place(5000 + 5000, 10, took_over=clock.took_over(3, 3000))
+    return clock, clock.place(5000 + stepped_ms, 10, took_over=clock.took_over(3, 3000))
 
 
 def test_a_controller_back_in_office_after_a_silence_is_placed_as_it_stamps_while_noops_tick():
@@ -503,7 +503,7 @@ def test_a_controller_back_in_office_after_a_silence_is_placed_as_it_stamps_whil
     or its clock stepped forward meanwhile: the log cannot tell. It is placed
     as a silence, not taken for a step; the bounds from before allow the step
     (ClockBook.taken_over's ``silence_ms``)."""
-    clock, placed = back_in_office_ahead()
+    clock, placed = back_in_office(5000)
     assert placed == 10_000
     assert list(clock.steps) == [] and clock.shift_ms == 0
 
@@ -515,14 +515,8 @@ def test_a_controller_request_is_placed_by_the_shift_of_its_own_time_not_the_new
     by that term's shift, whenever they are judged (ClusterState.controller_handled;
     found in pieces of a history that read the take-back before judging an older
     AlterPartition answer)."""
-    clock = MetadataClock()
-    clock.place(0, 0, took_over=clock.took_over(1, 3000))
-    for i in range(1, 6):
-        clock.place(500 * i, i, noop=True)
-    clock.place(3000, 6, took_over=clock.took_over(2, 3001))
-    for i in range(7, 10):
-        clock.place(500 * i, i, noop=True)
-    assert clock.place(5000 - 2000, 10, took_over=clock.took_over(3, 3000)) == 4500
+    clock, placed = back_in_office(-2000)
+    assert placed == 4500
     assert clock.shift_of(3000, 2500) == 0  # its first term, by its own clock
     assert clock.shift_of(3000, 3100) == 1500  # its second term
     assert clock.shift_of(3001, 4000) == 0
