@@ -101,6 +101,7 @@ from typing import Any
 
 import event_time_wait
 import orjson
+from event_time_wait import pct
 
 from detectors.config import DetectorConfig
 from detectors.engine import Detector
@@ -699,13 +700,6 @@ def batch_phases(batches: list[dict[str, Any]]) -> str:
             phases.setdefault("state updates", []).append(op["allUpdatesTimeMs"])
             phases.setdefault("state commit", []).append(op["commitTimeMs"])
     return "median ms: " + ", ".join(f"{name} {statistics.median(v):,.0f}" for name, v in phases.items())
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
 def main(argv: list[str] | None = None) -> int:
