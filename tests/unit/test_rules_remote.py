@@ -36,17 +36,7 @@ def lineage(cleaner: dict[int, int]) -> dict[int, int]:
 
 def upload(history: Any, ts_ms: int, segment: str, broker: int, cleaner: dict[int, int]) -> None:
     """``broker`` starts uploading ``segment`` with its cleaner-offset map."""
-    body = s.remote_segment(
-        history.topic_id,
-        0,
-        segment,
-        broker_id=broker,
-        start=0,
-        end=max(cleaner.values()),
-        leader_epochs=lineage(cleaner),
-        cleaner=cleaner,
-    )
-    history.remote(ts_ms, body)
+    history.remote(ts_ms, upload_body(history, segment, broker, cleaner))
 
 
 def update(history: Any, ts_ms: int, segment: str, broker: int, state: str) -> None:
@@ -364,6 +354,7 @@ def stepped_back_deletion(history: Any, delete_partition: int) -> None:
 
 
 def upload_body(history: Any, segment: str, broker: int, cleaner: dict[int, int]) -> dict[str, Any]:
+    """The record of ``broker`` starting to upload ``segment`` with its cleaner-offset map."""
     return s.remote_segment(
         history.topic_id,
         0,
