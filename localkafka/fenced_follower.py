@@ -128,12 +128,7 @@ def run_fenced_follower(
         run.unfenced_seen_ms = _now_ms()
         run.records_produced += _produce(producer, 100)
         _wait_for_full_isr(admin, cut, timeout_seconds=60)
-    run.metadata_dump = cluster.run_tool(
-        jars.dump_tool_class,
-        "--cluster-metadata-decoder",
-        "--files",
-        ",".join(str(f) for f in run.metadata_files if f.suffix == ".log"),
-    )
+    run.metadata_dump = run.dump_metadata(cluster)
     return run
 
 

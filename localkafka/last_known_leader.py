@@ -81,12 +81,7 @@ def run_last_known_leader(jars: KafkaJars, root: Path) -> LastKnownLeaderRun:
         for node in cluster.brokers:  # stopped beside the controller, they would wait out stop()'s 15 s
             if cluster.is_running(node.node_id):
                 cluster.kill(node.node_id)
-    run.metadata_dump = cluster.run_tool(
-        jars.dump_tool_class,
-        "--cluster-metadata-decoder",
-        "--files",
-        ",".join(str(f) for f in run.metadata_files if f.suffix == ".log"),
-    )
+    run.metadata_dump = run.dump_metadata(cluster)
     return run
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from localkafka.cluster import LocalKafkaCluster
 from localkafka.layout import NodeLayout
 
 
@@ -25,3 +26,10 @@ class ScenarioRun:
     def request_logs(self) -> dict[int, Path]:
         """Node id -> its request log (the controller's and every broker's)."""
         return {node.node_id: node.request_log for node in (self.controller, *self.brokers)}
+
+    def dump_metadata(self, cluster: LocalKafkaCluster) -> str:
+        """Kafka's own DumpLogSegments --cluster-metadata-decoder of the
+        controller's metadata log segments (run once the cluster stopped)."""
+        segments = ",".join(str(f) for f in self.metadata_files if f.suffix == ".log")
+        tool = cluster.jars.dump_tool_class
+        return cluster.run_tool(tool, "--cluster-metadata-decoder", "--files", segments)
