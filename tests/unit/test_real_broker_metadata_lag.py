@@ -18,23 +18,18 @@ the BrokerHeartbeat lines of controller 102's request log from 01:07:50 to
 
 from __future__ import annotations
 
-import gzip
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import orjson
+from kafka_files import DATA, metadata_log_envelopes, request_log_envelopes
 
-from detectors.envelope import Envelope, dumps, envelope_from_obj
-from detectors.parse_native import parse_input
-from detectors.parse_request_log import RequestLogStats
+from detectors.envelope import envelope_from_obj
 from detectors.requests import broker_heartbeat
 from detectors.stats import UnverifiedReason
 from fencewatch.replay import replay_config
 from lab.verdict import Judged, judge
-from producers.metadata_log import MetadataLogStats, iter_metadata_log_file
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "kafka-lab"
 CLUSTER = "lab"
 PAUSED = 1
 # What the paused broker did in the half second after it resumed, at the epochs
@@ -44,29 +39,20 @@ LAG_ALERTS = {("FETCH_STALE_EPOCH_SERVED", PAUSED): 18, ("PRODUCE_ACCEPTED_BY_NO
 
 def _request_log(tmp_path: Path, name: str, node: int) -> Path:
     out = tmp_path / f"{name}.jsonl"
-    stats = RequestLogStats()
-    with gzip.open(DATA / f"{name}.log.gz", "rb") as stream, open(out, "w") as dst:
-        for item in parse_input(
-            stream, stats, source=name, cluster=CLUSTER, node=node, max_record_bytes=1 << 24
-        ):
-            assert isinstance(item, Envelope), item
-            dst.write(dumps(item.to_dict()) + "\n")
+    stats = request_log_envelopes(DATA / f"{name}.log.gz", out, source=name, cluster=CLUSTER, node=node)
     assert stats.dead_letters == 0 and stats.records > 100
     return out
 
 
 def _metadata_log(tmp_path: Path) -> Path:
-    segment = tmp_path / "00000000000000000000.log"
-    with gzip.open(DATA / "lag-00000000000000000000.log.gz", "rb") as src, open(segment, "wb") as dst:
-        shutil.copyfileobj(src, dst)
     out = tmp_path / "metadata.jsonl"
-    with open(out, "w") as dst:
-        for name in (DATA / "lag-00000000000000000000-0000000000.checkpoint", segment):
-            for item in iter_metadata_log_file(
-                str(name), cluster=CLUSTER, node=101, stats=MetadataLogStats()
-            ):
-                assert isinstance(item, Envelope), item
-                dst.write(dumps(item.to_dict()) + "\n")
+    metadata_log_envelopes(
+        DATA / "lag-00000000000000000000-0000000000.checkpoint",
+        DATA / "lag-00000000000000000000.log.gz",
+        out,
+        cluster=CLUSTER,
+        node=101,
+    )
     return out
 
 

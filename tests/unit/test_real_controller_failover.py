@@ -17,41 +17,29 @@ and broker 3's request log from 22:24:00 to 22:25:19 (tests/data/README.md).
 
 from __future__ import annotations
 
-import gzip
-import shutil
 from pathlib import Path
 
-from detectors.envelope import Envelope, dumps
-from detectors.parse_request_log import RequestLogStats
-from fencewatch.convert import parse_input
+from kafka_files import DATA, metadata_log_envelopes, request_log_envelopes
+
 from fencewatch.replay import replay_config
 from lab.verdict import judge
-from producers.metadata_log import MetadataLogStats, iter_metadata_log_file
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "kafka-lab"
 CLUSTER = "lab"
 
 
 def _envelopes(tmp_path: Path) -> list[Path]:
-    segment = tmp_path / "00000000000000000000.log"
-    with gzip.open(DATA / "failover-00000000000000000000.log.gz", "rb") as src, open(segment, "wb") as dst:
-        shutil.copyfileobj(src, dst)
     metadata = tmp_path / "metadata.jsonl"
-    with open(metadata, "w") as out:
-        for name in (DATA / "failover-00000000000000000000-0000000000.checkpoint", segment):
-            for item in iter_metadata_log_file(
-                str(name), cluster=CLUSTER, node=101, stats=MetadataLogStats()
-            ):
-                assert isinstance(item, Envelope), item
-                out.write(dumps(item.to_dict()) + "\n")
+    metadata_log_envelopes(
+        DATA / "failover-00000000000000000000-0000000000.checkpoint",
+        DATA / "failover-00000000000000000000.log.gz",
+        metadata,
+        cluster=CLUSTER,
+        node=101,
+    )
     requests = tmp_path / "broker-3.jsonl"
-    stats = RequestLogStats()
-    with gzip.open(DATA / "failover-broker-3-request.log.gz", "rb") as stream, open(requests, "w") as out:
-        for item in parse_input(
-            stream, stats, source="broker-3", cluster=CLUSTER, node=3, max_record_bytes=1 << 24
-        ):
-            assert isinstance(item, Envelope), item
-            out.write(dumps(item.to_dict()) + "\n")
+    stats = request_log_envelopes(
+        DATA / "failover-broker-3-request.log.gz", requests, source="broker-3", cluster=CLUSTER, node=3
+    )
     assert stats.dead_letters == 0 and stats.records > 500
     return [metadata, requests]
 
